@@ -1,0 +1,6 @@
+"""Config schema (plain dataclasses) and its validation; Hydra registration lives in `store`."""
+
+from grpo_cli.config.schema import TrainConfig
+from grpo_cli.config.validate import apply_smoke, validate
+
+__all__ = ["TrainConfig", "apply_smoke", "validate"]

@@ -1,0 +1,155 @@
+"""Typed schema of every config key.
+
+The dataclasses are the single source of truth for names, types and defaults. They import
+nothing from Hydra so the core can take them as plain arguments; `store.py` registers them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+@dataclass
+class TinyModelConfig:
+    """Size of the random-init Llama built in code for tests, smoke runs and the default."""
+
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    intermediate_size: int = 128
+    max_position_embeddings: int = 256
+
+
+@dataclass
+class ModelConfig:
+    kind: str = "tiny"  # tiny | hf
+    path: Optional[str] = None  # hf: a local directory; tiny: where to save it (default: run dir)
+    dtype: str = "auto"  # auto | fp32 | bf16 | fp16: weights dtype when loading
+    trust_remote_code: bool = False
+    gradient_checkpointing: bool = False
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+
+
+@dataclass
+class DataConfig:
+    kind: str = "arithmetic"  # arithmetic | jsonl
+    path: Optional[str] = None
+    prompt_field: str = "prompt"
+    num_examples: int = 2000
+    max_operand: int = 20
+    operations: list[str] = field(default_factory=lambda: ["+"])
+    max_examples: int = 0  # 0: all
+    eval_fraction: float = 0.1
+    fraction: float = 1.0
+    max_prompt_tokens: int = 512
+    seed: int = 0
+
+
+@dataclass
+class RewardFunctionConfig:
+    name: str = "???"
+    target: str = "???"  # a builtin name, or an import path "pkg.module:function"
+    weight: float = 1.0
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RewardConfig:
+    functions: list[RewardFunctionConfig] = field(default_factory=list)
+
+
+@dataclass
+class CurriculumPhase:
+    until: float = 1.0
+    weights: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class CurriculumConfig:
+    name: str = "constant"  # constant: the weights of reward.functions, for the whole run
+    phases: list[CurriculumPhase] = field(default_factory=list)
+
+
+@dataclass
+class PrecisionConfig:
+    dtype: str = "fp32"  # fp32 | bf16 | fp16
+    autocast: bool = False
+
+
+@dataclass
+class AlgoConfig:
+    loss_type: str = "dapo"  # grpo | bnpo | dr_grpo | dapo
+    scale_rewards: str = "group"  # group | batch | none
+    epsilon_low: float = 0.2
+    epsilon_high: float = 0.2
+    ratio_level: str = "token"  # token | sequence
+    beta: float = 0.04
+    kl_estimator: str = "k3"  # k1 | k2 | k3
+    num_iterations: int = 1
+    mini_batches: int = 1
+    mask_truncated: bool = False
+
+
+@dataclass
+class RolloutConfig:
+    backend: str = "hf"
+    num_generations: int = 8
+    max_new_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    max_grad_norm: float = 1.0
+    scheduler: str = "constant"  # constant | cosine | linear
+    warmup_steps: int = 0
+
+
+@dataclass
+class TrainLoopConfig:
+    steps: int = 100
+    prompts_per_step: int = 8
+    seed: int = 0
+    grad_accum_steps: int = 1
+    save_every: int = 0
+    eval_every: int = 0
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    threads: int = 0
+
+
+@dataclass
+class MonitorConfig:
+    log_completions_every: int = 0
+    num_completions_to_print: int = 0
+    progress: bool = True
+
+
+@dataclass
+class DebugConfig:
+    smoke: bool = False
+    steps: int = 2
+    max_examples: int = 8
+    prompts_per_step: int = 2
+    num_generations: int = 2
+    max_new_tokens: int = 8
+
+
+@dataclass
+class TrainConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainLoopConfig = field(default_factory=TrainLoopConfig)
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)
+    debug: DebugConfig = field(default_factory=DebugConfig)

@@ -1,0 +1,9 @@
+"""Register the schema with Hydra's ConfigStore: the base every primary config composes onto."""
+
+from hydra.core.config_store import ConfigStore
+
+from grpo_cli.config.schema import TrainConfig
+
+
+def register_schemas() -> None:
+    ConfigStore.instance().store(name="train_schema", node=TrainConfig)

@@ -1,0 +1,90 @@
+"""The per-token GRPO objective and its aggregation (DESIGN.md §3)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+def importance_ratio(
+    logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.Tensor, level: str = "token"
+) -> torch.Tensor:
+    """Per-token ratio pi/pi_old, shape [B, T].
+
+    `sequence` (GSPO) uses exp of the length-normalised log-ratio, one value per sequence:
+    exp of the raw sum over hundreds of tokens overflows.
+    """
+    log_ratio = logps - old_logps
+    if level == "token":
+        return torch.exp(log_ratio)
+    if level == "sequence":
+        seq = (log_ratio * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1)
+        return torch.exp(seq).expand_as(logps)
+    raise ValueError(f"unknown ratio level {level!r}")
+
+
+def clipped_surrogate(
+    ratio: torch.Tensor, advantages: torch.Tensor, epsilon_low: float, epsilon_high: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """-min(rho*A, clip(rho, 1-eps_low, 1+eps_high)*A) per token (PPO; DAPO's clip-higher).
+
+    Returns (loss [B, T], clipped-low indicator, clipped-high indicator); a token counts as
+    clipped only where the clip changed the objective.
+    """
+    adv = advantages.unsqueeze(-1)
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high) * adv
+    loss = -torch.min(unclipped, clipped)
+    low = (ratio < 1 - epsilon_low) & (adv < 0)
+    high = (ratio > 1 + epsilon_high) & (adv > 0)
+    return loss, low, high
+
+
+def kl_penalty(logps: torch.Tensor, ref_logps: torch.Tensor, estimator: str = "k3") -> torch.Tensor:
+    """Per-token estimate of KL(pi || pi_ref) from samples of pi (Schulman's k1/k2/k3)."""
+    if estimator == "k1":
+        return logps - ref_logps
+    if estimator == "k2":
+        return 0.5 * (logps - ref_logps) ** 2
+    if estimator == "k3":
+        delta = ref_logps - logps
+        return torch.exp(delta) - delta - 1
+    raise ValueError(f"unknown KL estimator {estimator!r}")
+
+
+@dataclass
+class LossNormalizer:
+    """Totals over the whole optimizer step (mini-batch), so accumulation does not rescale.
+
+    sequences/tokens count only sequences that are in the loss (scorable, not masked out).
+    """
+
+    loss_type: str
+    sequences: int
+    tokens: int
+    max_new_tokens: int
+    micro_batches: int
+
+
+def aggregate_loss(
+    per_token_loss: torch.Tensor, mask: torch.Tensor, norm: LossNormalizer
+) -> torch.Tensor:
+    """This micro-batch's share of the step's loss; summing the shares gives the full loss.
+
+    grpo:    mean over sequences of (sum_t m*l / sum_t m)
+    bnpo:    sum m*l / sum m within each micro-batch, averaged over micro-batches
+    dr_grpo: sum m*l / (B * max_new_tokens)
+    dapo:    sum m*l / (tokens in the whole mini-batch)
+    """
+    masked = per_token_loss * mask
+    if norm.loss_type == "grpo":
+        per_seq = masked.sum(-1) / mask.sum(-1).clamp(min=1)
+        return per_seq.sum() / max(norm.sequences, 1)
+    if norm.loss_type == "bnpo":
+        return masked.sum() / mask.sum().clamp(min=1) / norm.micro_batches
+    if norm.loss_type == "dr_grpo":
+        return masked.sum() / (max(norm.sequences, 1) * norm.max_new_tokens)
+    if norm.loss_type == "dapo":
+        return masked.sum() / max(norm.tokens, 1)
+    raise ValueError(f"unknown loss_type {norm.loss_type!r}")

@@ -1,0 +1,46 @@
+"""Local jsonl prompt files: one object per line, a prompt field plus any extra columns."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from grpo_cli.errors import GrpoError
+
+
+def _is_conversation(prompt: Any) -> bool:
+    return isinstance(prompt, list) and all(
+        isinstance(m, dict) and "role" in m and "content" in m for m in prompt
+    )
+
+
+def read_jsonl_prompts(path: str | Path, prompt_field: str) -> list[dict[str, Any]]:
+    """Every row, with the prompt under `prompt` whatever the file calls it.
+
+    Errors name the file and the line, because a 100k-line file is not read by eye.
+    """
+    path = Path(path)
+    rows = []
+    with path.open(encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise GrpoError(f"{path}:{lineno}: malformed JSON: {err.msg} (column {err.colno})") from None
+            if not isinstance(row, dict):
+                raise GrpoError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+            if prompt_field not in row:
+                raise GrpoError(f"{path}:{lineno}: missing prompt field '{prompt_field}' (set data.prompt_field)")
+            prompt = row.pop(prompt_field)
+            if not (isinstance(prompt, str) or _is_conversation(prompt)):
+                raise GrpoError(
+                    f"{path}:{lineno}: field '{prompt_field}' must be a string or a list of "
+                    "{role, content} messages"
+                )
+            rows.append({"prompt": prompt, **row})
+    if not rows:
+        raise GrpoError(f"{path}: no prompts (the file is empty)")
+    return rows

@@ -1,0 +1,69 @@
+"""Turn the data config into train/eval example lists and a repeatable prompt order."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from grpo_cli.config.schema import DataConfig
+from grpo_cli.data.arithmetic import arithmetic_examples
+from grpo_cli.data.jsonl import read_jsonl_prompts
+
+
+def load_examples(cfg: DataConfig) -> list[dict[str, Any]]:
+    """All examples the config selects, before the train/eval split."""
+    if cfg.kind == "arithmetic":
+        examples = arithmetic_examples(cfg.num_examples, cfg.max_operand, list(cfg.operations), cfg.seed)
+    else:
+        examples = read_jsonl_prompts(cfg.path, cfg.prompt_field)
+    if cfg.fraction < 1.0:
+        examples = examples[: max(1, int(len(examples) * cfg.fraction))]
+    if cfg.max_examples > 0:
+        examples = examples[: cfg.max_examples]
+    return examples
+
+
+def split_examples(
+    examples: list[dict[str, Any]], eval_fraction: float, seed: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Seeded hold-out; training always keeps at least one example."""
+    order = list(range(len(examples)))
+    random.Random(seed).shuffle(order)
+    n_eval = min(int(len(examples) * eval_fraction), len(examples) - 1)
+    eval_idx = set(order[:n_eval])
+    train = [ex for i, ex in enumerate(examples) if i not in eval_idx]
+    held_out = [ex for i, ex in enumerate(examples) if i in eval_idx]
+    return train, held_out
+
+
+class PromptSampler:
+    """Epochs of seeded permutations; the state is two integers, so a resume replays exactly."""
+
+    def __init__(self, examples: list[dict[str, Any]], seed: int) -> None:
+        self.examples = examples
+        self.seed = seed
+        self.epoch = 0
+        self.position = 0
+
+    def _order(self) -> list[int]:
+        order = list(range(len(self.examples)))
+        random.Random(self.seed * 1_000_003 + self.epoch).shuffle(order)
+        return order
+
+    def next_batch(self, size: int) -> list[dict[str, Any]]:
+        batch = []
+        order = self._order()
+        while len(batch) < size:
+            if self.position >= len(order):
+                self.epoch += 1
+                self.position = 0
+                order = self._order()
+            batch.append(self.examples[order[self.position]])
+            self.position += 1
+        return batch
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.position = state["epoch"], state["position"]

@@ -1,0 +1,6 @@
+"""Generation backends behind one small interface, so a faster one (vLLM) can replace HF."""
+
+from grpo_cli.rollout.base import Generator, Rollout, completion_mask_from_eos
+from grpo_cli.rollout.hf import HFGenerator
+
+__all__ = ["Generator", "HFGenerator", "Rollout", "completion_mask_from_eos"]

@@ -1,0 +1,45 @@
+"""What a generation backend returns, and the one interface it implements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+
+@dataclass
+class Rollout:
+    """G completions per prompt, laid out group by group (rows g*G .. g*G+G-1 share a prompt)."""
+
+    prompt_ids: torch.Tensor  # [N, P] left-padded
+    prompt_mask: torch.Tensor  # [N, P]
+    completion_ids: torch.Tensor  # [N, C] right-padded after EOS
+    completion_mask: torch.Tensor  # [N, C] 1 up to and including the first EOS
+    truncated: torch.Tensor  # [N] bool: no EOS within max_new_tokens
+    texts: list[str]  # decoded completions, EOS and padding removed
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        return self.completion_mask.sum(-1)
+
+
+class Generator(Protocol):
+    def generate(
+        self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, num_generations: int, greedy: bool = False
+    ) -> Rollout: ...
+
+
+def completion_mask_from_eos(completion_ids: torch.Tensor, eos_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mask, truncated): the mask keeps tokens up to and including the first EOS.
+
+    >>> m, t = completion_mask_from_eos(torch.tensor([[5, 2, 0], [5, 6, 7]]), [2])
+    >>> m.tolist(), t.tolist()
+    ([[1, 1, 0], [1, 1, 1]], [False, True])
+    """
+    is_eos = torch.isin(completion_ids, torch.tensor(eos_ids, device=completion_ids.device))
+    length = completion_ids.size(1)
+    positions = torch.arange(length, device=completion_ids.device).expand_as(completion_ids)
+    first_eos = torch.where(is_eos, positions, length).amin(1, keepdim=True)
+    mask = (positions <= first_eos).long()
+    return mask, ~is_eos.any(1)

@@ -1,0 +1,67 @@
+"""Rollouts with transformers' `generate`: batched, sampled, with the KV cache."""
+
+from __future__ import annotations
+
+import torch
+from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
+
+from grpo_cli.config.schema import RolloutConfig
+from grpo_cli.rollout.base import Rollout, completion_mask_from_eos
+
+
+def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """Chat models often stop on several tokens (e.g. <|im_end|> and <|endoftext|>)."""
+    ids = model.generation_config.eos_token_id
+    ids = [ids] if isinstance(ids, int) else list(ids or [])
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.append(tokenizer.eos_token_id)
+    return ids
+
+
+class HFGenerator:
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, cfg: RolloutConfig) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.eos_ids = eos_token_ids(model, tokenizer)
+        # Built explicitly so a checkpoint's own generation_config (repetition penalty, top_k=50)
+        # cannot silently change the sampling distribution the loss assumes.
+        self.sampling = GenerationConfig(
+            do_sample=True,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            top_k=cfg.top_k,
+            max_new_tokens=cfg.max_new_tokens,
+            eos_token_id=self.eos_ids,
+            pad_token_id=tokenizer.pad_token_id,
+            use_cache=True,
+        )
+        self.greedy = GenerationConfig(
+            do_sample=False,
+            max_new_tokens=cfg.max_new_tokens,
+            eos_token_id=self.eos_ids,
+            pad_token_id=tokenizer.pad_token_id,
+            use_cache=True,
+        )
+
+    @torch.no_grad()
+    def generate(
+        self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, num_generations: int, greedy: bool = False
+    ) -> Rollout:
+        prompt_ids = prompt_ids.repeat_interleave(num_generations, dim=0)
+        prompt_mask = prompt_mask.repeat_interleave(num_generations, dim=0)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            output = self.model.generate(
+                input_ids=prompt_ids,
+                attention_mask=prompt_mask,
+                generation_config=self.greedy if greedy else self.sampling,
+            )
+        finally:
+            self.model.train(was_training)
+        completion_ids = output[:, prompt_ids.size(1):]
+        if completion_ids.size(1) == 0:  # every row stopped before producing a token
+            completion_ids = torch.full((prompt_ids.size(0), 1), self.tokenizer.pad_token_id, device=prompt_ids.device)
+        mask, truncated = completion_mask_from_eos(completion_ids, self.eos_ids)
+        texts = self.tokenizer.batch_decode(completion_ids * mask + self.tokenizer.pad_token_id * (1 - mask), skip_special_tokens=True)
+        return Rollout(prompt_ids, prompt_mask, completion_ids, mask, truncated, texts)
