@@ -1,0 +1,36 @@
+"""Shared fixtures: a saved tiny model and a way to run the real CLI in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grpo_cli.config.schema import TinyModelConfig
+from grpo_cli.models import build_tiny_model
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Llama + byte tokenizer saved the way a real model directory is."""
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", TinyModelConfig(), seed=0)
+
+
+def run_grpo(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    """`grpo ARGS...` as a user runs it; the environment is the caller's plus `env`."""
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    full_env.pop("HYDRA_FULL_ERROR", None) if env is None or "HYDRA_FULL_ERROR" not in env else None
+    return subprocess.run(
+        [sys.executable, "-m", "grpo_cli", *args],
+        cwd=cwd or REPO, env=full_env, capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
