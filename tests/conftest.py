@@ -22,14 +22,20 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", TinyModelConfig(), seed=0)
 
 
-def run_grpo(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+def run_grpo(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: int = 600
+) -> subprocess.CompletedProcess:
     """`grpo ARGS...` as a user runs it; the environment is the caller's plus `env`."""
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     full_env.pop("HYDRA_FULL_ERROR", None)  # tests see what a user sees unless they ask
     full_env.update(env or {})
     return subprocess.run(
         [sys.executable, "-m", "grpo_cli", *args],
-        cwd=cwd or REPO, env=full_env, capture_output=True, text=True, timeout=timeout,
+        cwd=cwd or REPO,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 

@@ -23,7 +23,11 @@ def _config_groups(extra_dirs: list[str]) -> set[str]:
     groups = set()
     for root in roots:
         if root.is_dir():
-            groups.update(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_dir() and p.name != "__pycache__")
+            groups.update(
+                p.relative_to(root).as_posix()
+                for p in root.rglob("*")
+                if p.is_dir() and p.name != "__pycache__"
+            )
     return groups
 
 

@@ -45,7 +45,11 @@ def run_train(cfg: TrainConfig, run_dir: Path) -> float:
         trainer.setup()
         log.info("run directory: %s", run_dir)
         with TrainingConsole(cfg.train.steps, console, enabled=cfg.monitor.progress) as progress:
-            trainer.callbacks = [metrics_file, CompletionLog(run_dir / "completions", cfg.monitor.log_completions_every), progress]
+            trainer.callbacks = [
+                metrics_file,
+                CompletionLog(run_dir / "completions", cfg.monitor.log_completions_every),
+                progress,
+            ]
             history = trainer.train()
         checkpoint = trainer.save()
     finally:

@@ -7,7 +7,7 @@ nothing from Hydra so the core can take them as plain arguments; `store.py` regi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 
 @dataclass
@@ -24,7 +24,7 @@ class TinyModelConfig:
 @dataclass
 class ModelConfig:
     kind: str = "tiny"  # tiny | hf
-    path: Optional[str] = None  # hf: a local directory; tiny: where to save it (default: run dir)
+    path: str | None = None  # hf: a local directory; tiny: where to save it (default: run dir)
     dtype: str = "auto"  # auto | fp32 | bf16 | fp16: weights dtype when loading
     trust_remote_code: bool = False
     gradient_checkpointing: bool = False
@@ -34,7 +34,7 @@ class ModelConfig:
 @dataclass
 class DataConfig:
     kind: str = "arithmetic"  # arithmetic | jsonl
-    path: Optional[str] = None
+    path: str | None = None
     prompt_field: str = "prompt"
     num_examples: int = 2000
     max_operand: int = 20

@@ -56,9 +56,9 @@ def check_key(key: str, schema: type = TrainConfig) -> None:
         if hint is not None and typing.get_origin(hint) in (dict, list):
             return
     parent = ".".join(parts[:-1])
-    siblings = [p for p in paths if p.rsplit(".", 1)[0] == parent] if parent else [
-        p for p in paths if "." not in p
-    ]
+    siblings = (
+        [p for p in paths if p.rsplit(".", 1)[0] == parent] if parent else [p for p in paths if "." not in p]
+    )
     close = difflib.get_close_matches(key, siblings, n=1, cutoff=0.6) or difflib.get_close_matches(
         key, list(paths), n=1, cutoff=0.6
     )
@@ -99,7 +99,9 @@ def validate(cfg: TrainConfig) -> list[str]:
         if getattr(cfg.algo, key) <= 0:
             _fail(f"algo.{key}", getattr(cfg.algo, key), "must be > 0")
     if cfg.algo.epsilon_low >= 1:
-        _fail("algo.epsilon_low", cfg.algo.epsilon_low, "must be < 1 (the ratio is clipped at 1 - epsilon_low)")
+        _fail(
+            "algo.epsilon_low", cfg.algo.epsilon_low, "must be < 1 (the ratio is clipped at 1 - epsilon_low)"
+        )
     if cfg.algo.beta < 0:
         _fail("algo.beta", cfg.algo.beta, "must be >= 0")
     if cfg.rollout.temperature <= 0:
@@ -117,7 +119,11 @@ def validate(cfg: TrainConfig) -> list[str]:
     if len(cfg.optim.betas) != 2 or not all(0 <= b < 1 for b in cfg.optim.betas):
         _fail("optim.betas", list(cfg.optim.betas), "must be two numbers in [0, 1)")
     if cfg.algo.mini_batches > cfg.train.prompts_per_step:
-        _fail("algo.mini_batches", cfg.algo.mini_batches, "cannot exceed train.prompts_per_step (mini-batches hold whole groups)")
+        _fail(
+            "algo.mini_batches",
+            cfg.algo.mini_batches,
+            "cannot exceed train.prompts_per_step (mini-batches hold whole groups)",
+        )
     if not cfg.reward.functions:
         raise GrpoError("reward.functions is empty: choose a reward, e.g. reward=arithmetic")
     for i, fn in enumerate(cfg.reward.functions):

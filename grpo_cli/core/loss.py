@@ -67,9 +67,7 @@ class LossNormalizer:
     micro_batches: int
 
 
-def aggregate_loss(
-    per_token_loss: torch.Tensor, mask: torch.Tensor, norm: LossNormalizer
-) -> torch.Tensor:
+def aggregate_loss(per_token_loss: torch.Tensor, mask: torch.Tensor, norm: LossNormalizer) -> torch.Tensor:
     """This micro-batch's share of the step's loss; summing the shares gives the full loss.
 
     grpo:    mean over sequences of (sum_t m*l / sum_t m)

@@ -14,9 +14,7 @@ def build_optimizer(
     model: torch.nn.Module, cfg: OptimConfig, total_optimizer_steps: int
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(
-        params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay
-    )
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
     scheduler = get_scheduler(
         SCHEDULERS[cfg.scheduler],
         optimizer,

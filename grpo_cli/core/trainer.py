@@ -78,6 +78,8 @@ class GRPOTrainer:
         seed_everything(cfg.train.seed)
         if cfg.train.threads > 0:
             torch.set_num_threads(cfg.train.threads)
+        elif cfg.model.kind == "tiny" and pick_device(cfg.train.device).type == "cpu":
+            torch.set_num_threads(1)  # tiny ops are too small to split; threads only contend
         # Reward functions resolve first: a wrong import path fails before any model loads.
         self.reward_functions = resolve_reward_functions(cfg.reward.functions)
         self.train_examples, self.eval_examples = split_examples(
@@ -87,7 +89,10 @@ class GRPOTrainer:
         self.sampler = PromptSampler(self.train_examples, cfg.train.seed)
         self.device = pick_device(cfg.train.device)
         self.model, self.tokenizer, self.model_dir = load_policy(
-            cfg.model, self.run_dir, cfg.train.seed, self.device,
+            cfg.model,
+            self.run_dir,
+            cfg.train.seed,
+            self.device,
             "fp32" if cfg.precision.autocast else cfg.precision.dtype,
         )
         # No reference model is built or run when beta = 0.
@@ -120,7 +125,9 @@ class GRPOTrainer:
             ids, mask = ids[:, -limit:], mask[:, -limit:]
         return ids.to(self.device), mask.to(self.device)
 
-    def _score(self, examples: list[dict[str, Any]], rollout: Rollout, g: int) -> tuple[torch.Tensor, dict[str, list[float]]]:
+    def _score(
+        self, examples: list[dict[str, Any]], rollout: Rollout, g: int
+    ) -> tuple[torch.Tensor, dict[str, list[float]]]:
         prompts = [ex["prompt"] for ex in examples for _ in range(g)]
         column_names = [k for k in examples[0] if k != "prompt"]
         columns = {k: [ex.get(k) for ex in examples for _ in range(g)] for k in column_names}
@@ -134,10 +141,16 @@ class GRPOTrainer:
         micro = max(1, math.ceil(len(rows) / self.cfg.train.grad_accum_steps))
         for idx in rows.split(micro):
             with self._autocast():
-                chunks.append(completion_logprobs(
-                    model, r.prompt_ids[idx], r.prompt_mask[idx], r.completion_ids[idx],
-                    r.completion_mask[idx], self.cfg.rollout.temperature,
-                ))
+                chunks.append(
+                    completion_logprobs(
+                        model,
+                        r.prompt_ids[idx],
+                        r.prompt_mask[idx],
+                        r.completion_ids[idx],
+                        r.completion_mask[idx],
+                        self.cfg.rollout.temperature,
+                    )
+                )
         return torch.cat(chunks)
 
     def _update(self, r: Rollout, advantages: torch.Tensor, loss_mask: torch.Tensor) -> dict[str, float]:
@@ -149,7 +162,9 @@ class GRPOTrainer:
         # single update old = stop_gradient(lp), which costs no extra forward pass.
         reuse = cfg.algo.num_iterations > 1 or cfg.algo.mini_batches > 1
         old_logps = self._logprobs_no_grad(self.model, r, all_rows) if reuse else None
-        ref_logps = self._logprobs_no_grad(self.reference, r, all_rows) if self.reference is not None else None
+        ref_logps = (
+            self._logprobs_no_grad(self.reference, r, all_rows) if self.reference is not None else None
+        )
         totals = {"loss": 0.0, "kl": 0.0, "clip_low": 0.0, "clip_high": 0.0, "tokens": 0.0, "grad_norm": 0.0}
         updates = skipped = 0
         num_groups = n // g
@@ -158,19 +173,25 @@ class GRPOTrainer:
             for groups in group_order.chunk(cfg.algo.mini_batches):
                 rows = (groups.unsqueeze(1) * g + torch.arange(g)).reshape(-1).to(self.device)
                 mask_mb = loss_mask[rows]
+                # chunk() may return fewer pieces than asked (6 rows in 4 -> 3): count real ones.
+                micro_batches = rows.chunk(cfg.train.grad_accum_steps)
                 norm = LossNormalizer(
                     loss_type=cfg.algo.loss_type,
                     sequences=int((mask_mb.sum(-1) > 0).sum()),
                     tokens=int(mask_mb.sum()),
                     max_new_tokens=cfg.rollout.max_new_tokens,
-                    micro_batches=min(cfg.train.grad_accum_steps, len(rows)),
+                    micro_batches=len(micro_batches),
                 )
                 step_loss = 0.0
-                for micro in rows.chunk(norm.micro_batches):
+                for micro in micro_batches:
                     with self._autocast():
                         logps = completion_logprobs(
-                            self.model, r.prompt_ids[micro], r.prompt_mask[micro],
-                            r.completion_ids[micro], r.completion_mask[micro], cfg.rollout.temperature,
+                            self.model,
+                            r.prompt_ids[micro],
+                            r.prompt_mask[micro],
+                            r.completion_ids[micro],
+                            r.completion_mask[micro],
+                            cfg.rollout.temperature,
                         )
                     old = old_logps[micro] if old_logps is not None else logps.detach()
                     mask = loss_mask[micro]
@@ -189,7 +210,8 @@ class GRPOTrainer:
                     totals["clip_high"] += (high * mask).sum().item()
                     totals["tokens"] += mask.sum().item()
                 grad_norm = torch.nn.utils.clip_grad_norm_(
-                    self.model.parameters(), cfg.optim.max_grad_norm if cfg.optim.max_grad_norm > 0 else float("inf")
+                    self.model.parameters(),
+                    cfg.optim.max_grad_norm if cfg.optim.max_grad_norm > 0 else float("inf"),
                 )
                 if torch.isfinite(grad_norm) and math.isfinite(step_loss):
                     self.optimizer.step()
@@ -226,7 +248,9 @@ class GRPOTrainer:
         t_score = time.perf_counter()
 
         # Unscorable completions (fused reward NaN) leave the loss and its denominators.
-        loss_mask = rollout.completion_mask.float() * (~torch.isnan(rewards)).float().to(self.device).unsqueeze(1)
+        loss_mask = rollout.completion_mask.float() * (~torch.isnan(rewards)).float().to(
+            self.device
+        ).unsqueeze(1)
         if cfg.algo.mask_truncated:  # DAPO overlong filtering: truncated answers teach nothing
             loss_mask = loss_mask * (~rollout.truncated).float().unsqueeze(1)
         lr = self.scheduler.get_last_lr()[0]
@@ -241,7 +265,10 @@ class GRPOTrainer:
             "reward/mean": _nanmean(reward_list),
             "reward/std": _nanstd(reward_list),
             **{f"reward/{name}/mean": _nanmean(vals) for name, vals in per_function.items()},
-            **{f"reward/{name}/nan_frac": sum(math.isnan(v) for v in vals) / len(vals) for name, vals in per_function.items()},
+            **{
+                f"reward/{name}/nan_frac": sum(math.isnan(v) for v in vals) / len(vals)
+                for name, vals in per_function.items()
+            },
             **update,
             "completion_len/mean": lengths.mean().item(),
             "completion_len/max": lengths.max().item(),
@@ -255,8 +282,12 @@ class GRPOTrainer:
             "time/step_s": t_train - t0,
         }
         metrics["_samples"] = [
-            {"prompt": examples[i // g]["prompt"], "completion": rollout.texts[i], "reward": reward_list[i],
-             "advantage": advantages[i].item()}
+            {
+                "prompt": examples[i // g]["prompt"],
+                "completion": rollout.texts[i],
+                "reward": reward_list[i],
+                "advantage": advantages[i].item(),
+            }
             for i in range(min(len(reward_list), 2 * g))
         ]
         if cfg.train.eval_every and self.step_index % cfg.train.eval_every == 0 and self.eval_examples:

@@ -17,7 +17,7 @@ def arithmetic_examples(
     Problems are distinct so the held-out eval split never repeats a training prompt.
 
     >>> arithmetic_examples(2, 3, ["+"], seed=0)
-    [{'prompt': '2+0=', 'answer': '2'}, {'prompt': '1+2=', 'answer': '3'}]
+    [{'prompt': '2+2=', 'answer': '4'}, {'prompt': '3+2=', 'answer': '5'}]
     """
     unknown = [op for op in operations if op not in OPERATIONS]
     if unknown:

@@ -33,7 +33,9 @@ def read_jsonl_prompts(path: str | Path, prompt_field: str) -> list[dict[str, An
             if not isinstance(row, dict):
                 raise GrpoError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
             if prompt_field not in row:
-                raise GrpoError(f"{path}:{lineno}: missing prompt field '{prompt_field}' (set data.prompt_field)")
+                raise GrpoError(
+                    f"{path}:{lineno}: missing prompt field '{prompt_field}' (set data.prompt_field)"
+                )
             prompt = row.pop(prompt_field)
             if not (isinstance(prompt, str) or _is_conversation(prompt)):
                 raise GrpoError(

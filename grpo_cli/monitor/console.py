@@ -5,7 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 
@@ -55,9 +62,13 @@ def summary_table(summary: dict[str, Any], history: list[dict[str, Any]]) -> Tab
     keys = [k for k in history[0] if k.startswith("reward/") and k.endswith("mean")] if history else []
     keys += ["completion_len/mean", "frac_zero_std_groups", "kl", "clip_frac"]
     for key in keys:
+
         def mean(rows: list[dict[str, Any]], key: str = key) -> str:
             vals = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
             return f"{sum(vals) / len(vals):.4f}" if vals else "-"
+
         table.add_row(key, mean(first), mean(last))
-    table.caption = f"{summary['steps']} steps in {summary['wall_s']:.1f}s; checkpoint: {summary.get('final_checkpoint')}"
+    table.caption = (
+        f"{summary['steps']} steps in {summary['wall_s']:.1f}s; checkpoint: {summary.get('final_checkpoint')}"
+    )
     return table

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
 ANSWER_CHARS = set("0123456789-")
+NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
 def exact_match(prompts: list[Any], completions: list[str], answer: list[Any], **_: Any) -> list[float]:
@@ -22,12 +24,12 @@ def exact_match(prompts: list[Any], completions: list[str], answer: list[Any], *
 def _partial_credit(completion: str, answer: str) -> float:
     if completion == answer:
         return 1.0
-    if not completion:
+    if not completion or not answer:
         return 0.0
     digit_frac = sum(ch in ANSWER_CHARS for ch in completion) / len(completion)
     length_score = 1.0 / (1.0 + abs(len(completion) - len(answer)))
-    matches = sum(c == a for c, a in zip(completion, answer)) / max(len(completion), len(answer))
-    return 0.25 * digit_frac + 0.25 * length_score + 0.5 * matches
+    matches = sum(c == a for c, a in zip(completion, answer)) / len(answer)
+    return 0.2 * digit_frac + 0.2 * length_score + 0.6 * matches
 
 
 def answer_partial_credit(
@@ -37,16 +39,41 @@ def answer_partial_credit(
 
     An exact-match reward from a random init is zero for a long time, so nothing in a group
     differs and no gradient flows; this one separates completions from the first step.
-    Weights: 0.25 for the share of digit/sign characters, 0.25 for 1/(1+|length error|),
-    0.5 for characters right in their position; an exact answer scores 1.
+    Weights: 0.2 for the share of digit/sign characters, 0.2 for 1/(1+|length error|),
+    0.6 for the share of the answer's characters right in their position; exact scores 1.
 
     >>> answer_partial_credit(["2+2="], ["4", "5", "4x", ""], answer=["4"] * 4)
-    [1.0, 0.75, 0.5416666666666666, 0.0]
+    [1.0, 0.4, 0.8, 0.0]
     """
     return [_partial_credit(c.strip(), str(a).strip()) for c, a in zip(completions, answer)]
+
+
+def _as_number(text: str) -> float | None:
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return None
+
+
+def last_number(prompts: list[Any], completions: list[str], answer: list[Any], **_: Any) -> list[float]:
+    """1.0 when the last number in the completion equals the numeric answer (GSM8K style).
+
+    A light stand-in until full answer equivalence (math-verify) lands: no fractions or LaTeX.
+
+    >>> last_number(["q"] * 3, ["so 3 + 4 = 7", "It is 1,500.", "no idea"], answer=["7", "1500", "3"])
+    [1.0, 1.0, 0.0]
+    """
+    scores = []
+    for completion, expected in zip(completions, answer):
+        found = NUMBER.findall(completion)
+        got = _as_number(found[-1]) if found else None
+        want = _as_number(str(expected))
+        scores.append(float(got is not None and want is not None and abs(got - want) < 1e-9))
+    return scores
 
 
 BUILTIN_REWARDS: dict[str, Callable[..., list[float | None]]] = {
     "exact_match": exact_match,
     "answer_partial_credit": answer_partial_credit,
+    "last_number": last_number,
 }

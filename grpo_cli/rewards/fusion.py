@@ -89,7 +89,9 @@ def resolve_reward_functions(specs: list[Any]) -> list[RewardFunction]:
     return functions
 
 
-def _call(fn: RewardFunction, prompts: list[Any], completions: list[str], columns: dict[str, list[Any]]) -> list[float]:
+def _call(
+    fn: RewardFunction, prompts: list[Any], completions: list[str], columns: dict[str, list[Any]]
+) -> list[float]:
     try:
         values = fn.fn(prompts, completions, **columns, **fn.kwargs)
     except Exception:  # a failing user function must not stop training: its batch scores NaN

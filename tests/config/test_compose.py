@@ -1,0 +1,242 @@
+"""Every config option under conf/ and every recipe composes, converts to the schema and validates;
+every recipe runs end to end in smoke mode.
+
+Files are discovered on disk, so a new option or recipe is tested without editing this file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hydra import compose, initialize_config_dir, initialize_config_module
+from omegaconf import DictConfig, OmegaConf
+
+from grpo_cli.config import TrainConfig, apply_smoke, validate
+from grpo_cli.config.store import register_schemas
+from tests.conftest import REPO, read_metrics, run_grpo
+
+CONF = REPO / "conf"
+RECIPES = REPO / "recipes"
+TRAIN_SUBCOMMAND = "train"
+
+
+def _yaml_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*.yaml") if "__pycache__" not in p.parts)
+
+
+def _group_options() -> list[tuple[str, str]]:
+    """(group, option) for every file in a conf/ subdirectory, nested groups included."""
+    options = []
+    for path in _yaml_files(CONF):
+        rel = path.relative_to(CONF)
+        if len(rel.parts) < 2 or rel.parts[0] == "hydra":
+            continue
+        options.append((rel.parent.as_posix(), rel.stem))
+    return options
+
+
+def _conf_primaries() -> list[str]:
+    return [p.stem for p in _yaml_files(CONF) if p.parent == CONF]
+
+
+def _extends(path: Path) -> list[str]:
+    """Plain entries of a config's defaults list, e.g. ['train'] for a recipe on train."""
+    raw = OmegaConf.to_container(OmegaConf.load(path))
+    defaults = raw.get("defaults", []) if isinstance(raw, dict) else []
+    return [d.lstrip("/") for d in defaults if isinstance(d, str)]
+
+
+def _recipes() -> list[str]:
+    """Config names (relative to recipes/, no suffix) of every yaml below recipes/."""
+    return [p.relative_to(RECIPES).with_suffix("").as_posix() for p in _yaml_files(RECIPES)]
+
+
+def _recipe_kind(name: str) -> str:
+    """'train' for a primary config on train, 'other' for one on another subcommand's config,
+    'option' for a group option that recipes select (a file in a recipes/ subdirectory)."""
+    path = RECIPES / f"{name}.yaml"
+    bases = _extends(path)
+    if TRAIN_SUBCOMMAND in bases:
+        return "train"
+    if any(base in _conf_primaries() for base in bases):
+        return "other"
+    return "option" if "/" in name else "unknown"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _schemas() -> None:
+    register_schemas()
+
+
+@pytest.fixture
+def prompts_jsonl(tmp_path: Path) -> Path:
+    """A small jsonl with the columns the built-in rewards read."""
+    path = tmp_path / "prompts.jsonl"
+    path.write_text(
+        "".join(json.dumps({"prompt": f"{i}+1=", "answer": str(i + 1)}) + "\n" for i in range(8)),
+        encoding="utf-8",
+    )
+    return path
+
+
+def _fill_paths(cfg: DictConfig, model_dir: Path, data_file: Path) -> None:
+    """Options that need a path on disk (model=hf, data=jsonl) get a real one."""
+
+    def absent(node: DictConfig, check: str) -> bool:
+        if OmegaConf.is_missing(node, "path") or node.path is None:
+            return True
+        return not getattr(Path(node.path), check)()
+
+    if cfg.model.kind == "hf" and absent(cfg.model, "is_dir"):
+        cfg.model.path = str(model_dir)
+    if cfg.data.kind == "jsonl" and absent(cfg.data, "is_file"):
+        cfg.data.path = str(data_file)
+
+
+def _to_schema_and_validate(cfg: DictConfig) -> TrainConfig:
+    obj = OmegaConf.to_object(cfg)
+    assert isinstance(obj, TrainConfig)
+    if obj.debug.smoke:
+        apply_smoke(obj)  # as `grpo train` does before validating
+    warnings = validate(obj)
+    assert all(isinstance(w, str) for w in warnings)
+    return obj
+
+
+def _leaves(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            out.update(_leaves(value, f"{prefix}{key}."))
+        return out
+    if isinstance(node, list) and node and all(isinstance(v, (dict, list)) for v in node):
+        out = {}
+        for i, value in enumerate(node):
+            out.update(_leaves(value, f"{prefix}{i}."))
+        return out
+    return {prefix.rstrip("."): node}
+
+
+# ---- compose ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", _conf_primaries())
+def test_conf_primary_config_composes_and_validates(
+    name: str, tiny_model_dir: Path, prompts_jsonl: Path
+) -> None:
+    if name != TRAIN_SUBCOMMAND:
+        pytest.skip(f"conf/{name}.yaml is the primary config of another subcommand, not TrainConfig")
+    with initialize_config_module("grpo_cli.conf", version_base=None):
+        cfg = compose(config_name=name)
+    _fill_paths(cfg, tiny_model_dir, prompts_jsonl)
+    _to_schema_and_validate(cfg)
+
+
+@pytest.mark.parametrize(("group", "option"), _group_options(), ids=[f"{g}/{o}" for g, o in _group_options()])
+def test_conf_option_composes_and_validates(
+    group: str, option: str, tiny_model_dir: Path, prompts_jsonl: Path
+) -> None:
+    with initialize_config_module("grpo_cli.conf", version_base=None):
+        cfg = compose(config_name=TRAIN_SUBCOMMAND, overrides=[f"{group}={option}"])
+
+    # The option's own values are what the composed config holds (no later default overrides them).
+    source = CONF / group / f"{option}.yaml"
+    if not source.read_text().lstrip().startswith("# @package"):
+        values = OmegaConf.to_container(OmegaConf.load(source))
+        values.pop("defaults", None)
+        selected = OmegaConf.to_container(OmegaConf.select(cfg, group.replace("/", ".")))
+        for key, expected in _leaves(values).items():
+            if expected == "???":
+                continue
+            assert OmegaConf.select(OmegaConf.create(selected), key) == expected, f"{group}={option}: {key}"
+
+    _fill_paths(cfg, tiny_model_dir, prompts_jsonl)
+    _to_schema_and_validate(cfg)
+
+
+@pytest.mark.parametrize("name", _recipes())
+def test_recipe_composes_and_validates(name: str, tiny_model_dir: Path, prompts_jsonl: Path) -> None:
+    kind = _recipe_kind(name)
+    if kind == "other":
+        pytest.skip(f"recipes/{name}.yaml extends another subcommand's config")
+    assert kind != "unknown", (
+        f"recipes/{name}.yaml extends no primary config (add `defaults: [train, _self_]`)"
+    )
+    # Like `grpo train --config-dir recipes`: recipes first, the packaged configs behind them.
+    with initialize_config_dir(str(RECIPES), version_base=None):
+        searchpath = ["hydra.searchpath=[pkg://grpo_cli.conf]"]
+        if kind == "train":
+            cfg = compose(config_name=name, overrides=searchpath)
+        else:
+            group, option = name.rsplit("/", 1)
+            cfg = compose(config_name=TRAIN_SUBCOMMAND, overrides=[*searchpath, f"{group}={option}"])
+    _fill_paths(cfg, tiny_model_dir, prompts_jsonl)
+    _to_schema_and_validate(cfg)
+
+
+# ---- smoke runs ----------------------------------------------------------------------------------
+def _smoke_data_override(name: str, tmp_path: Path) -> list[str]:
+    """A recipe whose jsonl is not on this machine gets a small file with the columns its
+    rewards need (dataset columns reach reward functions as keyword arguments)."""
+    from grpo_cli.rewards import resolve_reward_functions
+    from grpo_cli.rewards.fusion import required_columns
+
+    with initialize_config_dir(str(RECIPES), version_base=None):
+        cfg = compose(config_name=name, overrides=["hydra.searchpath=[pkg://grpo_cli.conf]"])
+    if cfg.data.kind != "jsonl":
+        return []
+    if not OmegaConf.is_missing(cfg.data, "path") and cfg.data.path and (REPO / str(cfg.data.path)).is_file():
+        return []
+    obj = OmegaConf.to_object(cfg)
+    columns: set[str] = set()
+    for fn in resolve_reward_functions(obj.reward.functions):
+        columns.update(c for c in required_columns(fn.fn) if c not in fn.kwargs)
+    path = tmp_path / "smoke_prompts.jsonl"
+    rows = []
+    for i in range(8):
+        row: dict[str, Any] = {obj.data.prompt_field: f"{i}+{i}="}
+        row.update({c: str(2 * i) for c in sorted(columns)})
+        rows.append(row)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return [f"data.path={path}"]
+
+
+@pytest.mark.parametrize("name", _recipes())
+def test_recipe_runs_in_smoke_mode(name: str, tmp_path: Path) -> None:
+    if _recipe_kind(name) != "train":
+        pytest.skip(f"recipes/{name}.yaml is not a primary config on train")
+    run_dir = tmp_path / "run"
+    extra = _smoke_data_override(name, tmp_path)
+    result = run_grpo(
+        "train",
+        "--config-dir",
+        str(RECIPES),
+        "-cn",
+        name,
+        "debug=smoke",
+        "train.threads=1",  # the tiny model is faster on one thread (2-core CI)
+        *extra,
+        f"hydra.run.dir={run_dir}",
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    saved = OmegaConf.load(run_dir / "config.yaml")
+    assert saved.model.kind == "tiny" and saved.train.steps == 2  # smoke won over the recipe
+    assert len(read_metrics(run_dir)) == 2
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 2
+
+    checkpoint = Path(summary["final_checkpoint"])
+    assert checkpoint.is_dir() and checkpoint.parent.parent == run_dir
+    assert (checkpoint / "trainer_state.json").is_file()
+    from transformers import AutoModelForCausalLM
+
+    from grpo_cli.models import load_tokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(checkpoint)
+    tokenizer = load_tokenizer(checkpoint)
+    batch = tokenizer(["1+1="], return_tensors="pt")
+    logits = model(**batch).logits
+    assert logits.shape[:2] == batch["input_ids"].shape and logits.isfinite().all()

@@ -1,0 +1,190 @@
+"""Bad input gets one short message naming the culprit and a non-zero exit, before any model is
+built; a traceback only with HYDRA_FULL_ERROR=1."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from grpo_cli.commands.errors import report_user_errors
+from grpo_cli.errors import GrpoError
+from tests.conftest import run_grpo
+
+
+class Background:
+    """Starts this module's slow runs together, each `grpo train` pays seconds of torch import,
+    and only those whose tests were selected; each test then waits for its own result."""
+
+    def __init__(
+        self, request: pytest.FixtureRequest, cases: dict[str, Callable[[], subprocess.CompletedProcess]]
+    ):
+        selected = {
+            getattr(item, "originalname", item.name)
+            for item in request.session.items
+            if getattr(item, "module", None) is request.module
+        }
+        self._cases = cases
+        self._pool = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2))
+        self._futures: dict[str, Future] = {
+            name: self._pool.submit(run)
+            for name, run in cases.items()
+            if not selected or f"test_{name}" in selected
+        }
+
+    def result(self, name: str) -> subprocess.CompletedProcess:
+        if name not in self._futures:
+            self._futures[name] = self._pool.submit(self._cases[name])
+        return self._futures[name].result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+LONG_DIR = "a_directory_with_a_long_name_as_datasets_often_have_" + "x" * 40
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("bad")
+    malformed = root / "malformed.jsonl"
+    malformed.write_text(
+        '{"prompt": "1+1=", "answer": "2"}\n{"prompt": "2+2=", "answer": "4"}\n{"prompt": "3+3=", oops\n'
+    )
+    empty = root / "empty.jsonl"
+    empty.write_text("")
+    no_prompt = root / "no_prompt.jsonl"
+    no_prompt.write_text('{"question": "1+1=", "answer": "2"}\n{"question": "2+2=", "answer": "4"}\n')
+    return {"root": root, "malformed": malformed, "empty": empty, "no_prompt": no_prompt}
+
+
+def _run(
+    run_dir: Path, *args: str, env: dict[str, str] | None = None
+) -> Callable[[], subprocess.CompletedProcess]:
+    return lambda: run_grpo("train", *args, f"hydra.run.dir={run_dir}", env=env, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def runs(request: pytest.FixtureRequest, files: dict[str, Path]) -> Iterator[Background]:
+    root = files["root"]
+    cases = {
+        "wrong_type": _run(root / "wrong_type", "train.steps=abc"),
+        "bad_value": _run(root / "bad_value", "rollout.num_generations=1"),
+        "bad_value_full_error": _run(
+            root / "bad_value_full_error", "rollout.num_generations=1", env={"HYDRA_FULL_ERROR": "1"}
+        ),
+        "missing_model_dir": _run(root / "missing_model_dir", "model=hf", "model.path=/nonexistent"),
+        "malformed_jsonl": _run(root / "malformed_jsonl", "data=jsonl", f"data.path={files['malformed']}"),
+        "empty_jsonl": _run(root / "empty_jsonl", "data=jsonl", f"data.path={files['empty']}"),
+        "jsonl_without_prompt_field": _run(
+            root / "jsonl_without_prompt_field", "data=jsonl", f"data.path={files['no_prompt']}"
+        ),
+    }
+    background = Background(request, cases)
+    yield background
+    background.close()
+
+
+def assert_user_error(result: subprocess.CompletedProcess, *needles: str) -> None:
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    for needle in needles:
+        assert needle in result.stderr, f"{needle!r} not in stderr:\n{result.stderr[-3000:]}"
+
+
+def assert_no_model_built(run_dir: Path) -> None:
+    assert not (run_dir / "tiny_model").exists(), "the error came after a model was built"
+    assert not (run_dir / "checkpoints").exists()
+
+
+# ---- refused before Hydra composes (fast: no torch import) ----------------------------------------
+def test_unknown_key_suggests_the_nearest(tmp_path: Path) -> None:
+    result = run_grpo("train", "optim.lrr=1", f"hydra.run.dir={tmp_path / 'run'}")
+    assert_user_error(result, "optim.lrr", "optim.lr")
+    assert "did you mean optim.lr" in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_unknown_key_with_plus_is_refused(tmp_path: Path) -> None:
+    result = run_grpo("train", "+optim.foo=1", f"hydra.run.dir={tmp_path / 'run'}")
+    assert_user_error(result, "optim.foo")
+    assert not (tmp_path / "run").exists()
+
+
+def test_unknown_key_with_plus_and_a_typo_suggests(tmp_path: Path) -> None:
+    result = run_grpo("train", "+algo.betta=0.1", f"hydra.run.dir={tmp_path / 'run'}")
+    assert_user_error(result, "algo.betta", "algo.beta")
+
+
+# ---- refused after composing, before any model is built --------------------------------------------
+def test_wrong_type(runs: Background, files: dict[str, Path]) -> None:
+    result = runs.result("wrong_type")
+    assert_user_error(result, "train.steps", "abc")
+    assert_no_model_built(files["root"] / "wrong_type")
+
+
+def test_bad_value(runs: Background, files: dict[str, Path]) -> None:
+    result = runs.result("bad_value")
+    assert_user_error(result, "rollout.num_generations=1")
+    assert_no_model_built(files["root"] / "bad_value")
+
+
+def test_bad_value_full_error(runs: Background, files: dict[str, Path]) -> None:
+    result = runs.result("bad_value_full_error")
+    assert result.returncode != 0
+    assert "Traceback" in result.stderr
+    assert "rollout.num_generations" in result.stderr
+    assert_no_model_built(files["root"] / "bad_value_full_error")
+
+
+def test_missing_model_dir(runs: Background, files: dict[str, Path]) -> None:
+    result = runs.result("missing_model_dir")
+    assert_user_error(result, "/nonexistent")
+    assert_no_model_built(files["root"] / "missing_model_dir")
+
+
+def test_malformed_jsonl(runs: Background, files: dict[str, Path]) -> None:
+    result = runs.result("malformed_jsonl")
+    assert_user_error(result, f"{files['malformed']}:3")
+    assert_no_model_built(files["root"] / "malformed_jsonl")
+
+
+def test_empty_jsonl(runs: Background, files: dict[str, Path]) -> None:
+    result = runs.result("empty_jsonl")
+    assert_user_error(result, str(files["empty"]), "empty")
+    assert_no_model_built(files["root"] / "empty_jsonl")
+
+
+def test_jsonl_without_prompt_field(runs: Background, files: dict[str, Path]) -> None:
+    result = runs.result("jsonl_without_prompt_field")
+    assert_user_error(result, f"{files['no_prompt']}:1", "prompt")
+    assert "data.prompt_field" in " ".join(result.stderr.split())
+    assert_no_model_built(files["root"] / "jsonl_without_prompt_field")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: report_user_errors prints through a rich Console, which hard-wraps the message at the "
+    "console width (80 columns when stderr is not a terminal) and folds a long path mid-name, so the "
+    "path in the error cannot be copied or grepped from CI logs (grpo_cli/commands/errors.py)",
+)
+def test_long_path_is_not_wrapped(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In process, through the same reporter `grpo` uses: a subprocess would add seconds of import."""
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    monkeypatch.setenv("COLUMNS", "80")  # what rich uses when stderr is a pipe and COLUMNS is unset
+    path = f"/data/{LONG_DIR}/malformed.jsonl"
+
+    def load() -> None:
+        raise GrpoError(f"{path}:3: malformed JSON: Expecting value (column 12)")
+
+    with pytest.raises(SystemExit) as exit_info:
+        report_user_errors(load)
+    assert exit_info.value.code != 0
+    assert f"{path}:3" in capsys.readouterr().err
