@@ -23,5 +23,6 @@ def report_user_errors(run: Callable[[], T]) -> T:
     except (GrpoError, OmegaConfBaseException) as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
-        Console(stderr=True).print(f"[bold red]error:[/] {err}", highlight=False, markup=True)
+        # soft_wrap: a FILE:LINE in the message must stay one copyable token in CI logs.
+        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {err}", highlight=False, markup=True)
         sys.exit(EXIT_USER_ERROR)

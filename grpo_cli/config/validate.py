@@ -56,11 +56,11 @@ def check_key(key: str, schema: type = TrainConfig) -> None:
         if hint is not None and typing.get_origin(hint) in (dict, list):
             return
     parent = ".".join(parts[:-1])
-    siblings = (
-        [p for p in paths if p.rsplit(".", 1)[0] == parent] if parent else [p for p in paths if "." not in p]
-    )
+    siblings = [p for p in paths if (p.rsplit(".", 1)[0] if "." in p else "") == parent]
+    ancestors = {".".join(parts[:i]) for i in range(1, len(parts))}
+    candidates = [p for p in paths if p not in ancestors]
     close = difflib.get_close_matches(key, siblings, n=1, cutoff=0.6) or difflib.get_close_matches(
-        key, list(paths), n=1, cutoff=0.6
+        key, candidates, n=1, cutoff=0.6
     )
     hint = f"; did you mean {close[0]}?" if close else ""
     raise GrpoError(f"unknown config key {key}{hint}")

@@ -167,12 +167,6 @@ def test_jsonl_without_prompt_field(runs: Background, files: dict[str, Path]) ->
     assert_no_model_built(files["root"] / "jsonl_without_prompt_field")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: report_user_errors prints through a rich Console, which hard-wraps the message at the "
-    "console width (80 columns when stderr is not a terminal) and folds a long path mid-name, so the "
-    "path in the error cannot be copied or grepped from CI logs (grpo_cli/commands/errors.py)",
-)
 def test_long_path_is_not_wrapped(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
