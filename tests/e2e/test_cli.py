@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -174,6 +175,12 @@ def test_multirun(runs: tuple[Background, Path]) -> None:
         assert len(read_metrics(job)) == 1
         lrs.add(OmegaConf.load(job / "config.yaml").optim.lr)
     assert lrs == {1e-3, 2e-3}
+    # one table and one CSV list every job's overrides and final figures
+    with (sweep / "sweep_summary.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert [row["overrides"].split()[0] for row in rows] == ["optim.lr=0.001", "optim.lr=0.002"]
+    assert all(row["steps"] == "1" and row["reward_last10"] for row in rows)
+    assert "sweep: 2 jobs" in result.stderr
 
 
 def test_config_dir_primary_config(runs: tuple[Background, Path]) -> None:
