@@ -182,3 +182,12 @@ def test_long_path_is_not_wrapped(
         report_user_errors(load)
     assert exit_info.value.code != 0
     assert f"{path}:3" in capsys.readouterr().err
+
+
+def test_typo_in_a_recipe_names_the_file_and_the_key_meant(tmp_path: Path) -> None:
+    """A misspelled key inside a user's primary config gets the same did-you-mean as an override."""
+    (tmp_path / "mine.yaml").write_text("defaults:\n  - train\n  - _self_\noptim:\n  lrr: 0.1\n")
+    result = run_grpo("train", "--config-dir", str(tmp_path), "-cn", "mine", f"hydra.run.dir={tmp_path / 'run'}")
+    assert result.returncode != 0
+    assert f"{tmp_path / 'mine.yaml'}: unknown config key optim.lrr; did you mean optim.lr?" in result.stderr
+    assert "Traceback" not in result.stderr
