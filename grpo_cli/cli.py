@@ -10,6 +10,7 @@ from grpo_cli import __version__
 
 SUBCOMMANDS = {
     "train": ("grpo_cli.commands.train", "GRPO training: rollout, score, advantage, update"),
+    "score": ("grpo_cli.commands.score", "score a rollouts jsonl: per-function rewards, fused reward, advantages"),
 }
 USAGE = "usage: grpo SUBCOMMAND [overrides] [hydra options]"
 
@@ -37,8 +38,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     from grpo_cli.commands.errors import report_user_errors
     from grpo_cli.commands.overrides import check_overrides
-    from grpo_cli.config.schema import TrainConfig
+    from grpo_cli.config.schema import ScoreConfig, TrainConfig
 
-    report_user_errors(lambda: check_overrides(rest, TrainConfig))
+    schema = {"train": TrainConfig, "score": ScoreConfig}[name]
+    report_user_errors(lambda: check_overrides(rest, schema))
     sys.argv = [f"grpo-{name}", *rest]
     importlib.import_module(SUBCOMMANDS[name][0]).main()

@@ -49,14 +49,25 @@ class DataConfig:
 @dataclass
 class RewardFunctionConfig:
     name: str = "???"
-    target: str = "???"  # a builtin name, or an import path "pkg.module:function"
+    target: str | None = None  # a builtin name, or an import path "pkg.module:function"
     weight: float = 1.0
+    normalize: str = "none"  # none | zscore | sigmoid | group_zscore
+    fallback: str | None = None  # function that takes this weight if this one is masked
     kwargs: dict[str, Any] = field(default_factory=dict)
+    timeout_s: float | None = None  # None: reward.timeout_s
+    parallel: bool = False  # run on the worker pool (CPU-bound functions)
+    model_path: str | None = None  # a local sequence-classification reward model instead of target
+    device: str | None = None  # reward model device; None: the policy's
+    batch_size: int = 16  # reward model batch size
 
 
 @dataclass
 class RewardConfig:
     functions: list[RewardFunctionConfig] = field(default_factory=list)
+    aggregation: str = "weighted_mean"  # weighted_mean | normalize_then_sum
+    max_consecutive_failures: int = 3
+    num_workers: int = 0
+    timeout_s: float = 60.0
 
 
 @dataclass
@@ -153,3 +164,15 @@ class TrainConfig:
     train: TrainLoopConfig = field(default_factory=TrainLoopConfig)
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
+
+
+@dataclass
+class ScoreConfig:
+    """`grpo score`: rollouts jsonl in, scored jsonl and score_summary.json out."""
+
+    input: str | None = None
+    output: str | None = None
+    summary: str | None = None  # None: score_summary.json next to the output
+    batch_size: int = 64  # prompts (groups) scored per batch: the memory bound
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)

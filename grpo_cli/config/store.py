@@ -2,8 +2,9 @@
 
 from hydra.core.config_store import ConfigStore
 
-from grpo_cli.config.schema import TrainConfig
+from grpo_cli.config.schema import ScoreConfig, TrainConfig
 
 
 def register_schemas() -> None:
     ConfigStore.instance().store(name="train_schema", node=TrainConfig)
+    ConfigStore.instance().store(name="score_schema", node=ScoreConfig)

@@ -17,7 +17,7 @@ from grpo_cli.errors import GrpoError
 CHOICES = {
     "model.kind": ("tiny", "hf"),
     "model.dtype": ("auto", "fp32", "bf16", "fp16"),
-    "data.kind": ("arithmetic", "jsonl"),
+    "data.kind": ("arithmetic", "jsonl", "math"),
     "precision.dtype": ("fp32", "bf16", "fp16"),
     "algo.loss_type": ("grpo", "bnpo", "dr_grpo", "dapo"),
     "algo.scale_rewards": ("group", "batch", "none"),

@@ -30,7 +30,13 @@ from grpo_cli.core.loss import (
 from grpo_cli.core.optim import build_optimizer
 from grpo_cli.data import PromptSampler, load_examples, split_examples
 from grpo_cli.models import frozen_reference, load_policy
-from grpo_cli.rewards import check_columns, fuse_rewards, resolve_reward_functions
+from grpo_cli.rewards import (
+    RewardExecutor,
+    RewardFusion,
+    check_columns,
+    resolve_reward_sources,
+    score_and_fuse,
+)
 from grpo_cli.rollout import HFGenerator, Rollout
 
 StepCallback = Callable[[dict[str, Any]], None]
@@ -81,11 +87,19 @@ class GRPOTrainer:
         elif cfg.model.kind == "tiny" and pick_device(cfg.train.device).type == "cpu":
             torch.set_num_threads(1)  # tiny ops are too small to split; threads only contend
         # Reward functions resolve first: a wrong import path fails before any model loads.
-        self.reward_functions = resolve_reward_functions(cfg.reward.functions)
+        self.reward_sources = resolve_reward_sources(cfg.reward.functions, device=cfg.train.device)
         self.train_examples, self.eval_examples = split_examples(
             load_examples(cfg.data), cfg.data.eval_fraction, cfg.data.seed
         )
-        check_columns(self.reward_functions, [k for k in self.train_examples[0] if k != "prompt"])
+        check_columns(self.reward_sources, [k for k in self.train_examples[0] if k != "prompt"])
+        self.reward_fusion = RewardFusion(
+            self.reward_sources,
+            getattr(cfg.reward, "max_consecutive_failures", 3),
+            getattr(cfg.reward, "aggregation", "weighted_mean"),
+        )
+        self.reward_executor = RewardExecutor(
+            getattr(cfg.reward, "num_workers", 0), getattr(cfg.reward, "timeout_s", 60.0)
+        )
         self.sampler = PromptSampler(self.train_examples, cfg.train.seed)
         self.device = pick_device(cfg.train.device)
         self.model, self.tokenizer, self.model_dir = load_policy(
@@ -131,9 +145,12 @@ class GRPOTrainer:
         prompts = [ex["prompt"] for ex in examples for _ in range(g)]
         column_names = [k for k in examples[0] if k != "prompt"]
         columns = {k: [ex.get(k) for ex in examples for _ in range(g)] for k in column_names}
-        weights = {fn.name: fn.weight for fn in self.reward_functions}  # curriculum=constant
-        fused, per_function = fuse_rewards(self.reward_functions, weights, prompts, rollout.texts, columns)
-        return torch.tensor(fused, dtype=torch.float32), per_function
+        weights = {s.name: s.weight for s in self.reward_sources}  # curriculum=constant
+        result = score_and_fuse(
+            self.reward_executor, self.reward_fusion, prompts, rollout.texts, columns, g, weights
+        )
+        self.last_fusion = result  # alerts, masks, NaN indices, weight effect: for the metrics
+        return torch.tensor(result.fused, dtype=torch.float32), result.per_function
 
     @torch.no_grad()
     def _logprobs_no_grad(self, model: torch.nn.Module, r: Rollout, rows: torch.Tensor) -> torch.Tensor:
@@ -326,7 +343,10 @@ class GRPOTrainer:
 
     def cleanup(self) -> None:
         """Free the models so the next job of a multirun starts from an empty process."""
-        for name in ("model", "reference", "generator", "optimizer", "scheduler"):
+        if hasattr(self, "reward_executor"):
+            self.reward_executor.close()  # worker processes end with the job, not the interpreter
+        models = ("model", "reference", "generator", "optimizer", "scheduler")
+        for name in (*models, "reward_executor", "reward_fusion", "reward_sources"):  # a reward model too
             if hasattr(self, name):
                 delattr(self, name)
         if torch.cuda.is_available():

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import random
+from importlib.resources import as_file, files
 from typing import Any
 
 from grpo_cli.config.schema import DataConfig
 from grpo_cli.data.arithmetic import arithmetic_examples
 from grpo_cli.data.jsonl import read_jsonl_prompts
 
+MATH_PROBLEMS = "math_problems.jsonl"  # shipped in grpo_cli/data: word problems with numeric answers
+
 
 def load_examples(cfg: DataConfig) -> list[dict[str, Any]]:
     """All examples the config selects, before the train/eval split."""
     if cfg.kind == "arithmetic":
         examples = arithmetic_examples(cfg.num_examples, cfg.max_operand, list(cfg.operations), cfg.seed)
+    elif cfg.kind == "math":
+        with as_file(files("grpo_cli.data") / MATH_PROBLEMS) as path:  # a real path even from a zip
+            examples = read_jsonl_prompts(path, "prompt")
     else:
         examples = read_jsonl_prompts(cfg.path, cfg.prompt_field)
     if cfg.fraction < 1.0:

@@ -1,79 +1,34 @@
-"""Built-in rule rewards. Each is a plain function with the one reward signature."""
+"""The registry of built-in rewards: the names a config's `target:` may use without an import path.
+
+Each is a plain function `f(prompts, completions, **columns) -> list[float | None]` with a
+doctest; None marks a sample the function cannot score (the fusion treats it as NaN).
+"""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
-from typing import Any
 
-ANSWER_CHARS = set("0123456789-")
-NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+from grpo_cli.rewards.answers import answer_partial_credit, exact_match, last_number
+from grpo_cli.rewards.math_answer import math_answer
+from grpo_cli.rewards.structure import overlong, repetition, think_answer_format
 
-
-def exact_match(prompts: list[Any], completions: list[str], answer: list[Any], **_: Any) -> list[float]:
-    """1.0 when the completion, stripped of surrounding whitespace, equals the answer.
-
-    >>> exact_match(["1+1="], ["2"], answer=["2"]), exact_match(["1+1="], [" 2 \\n"], answer=[2])
-    ([1.0], [1.0])
-    >>> exact_match(["1+1="], ["22"], answer=["2"])
-    [0.0]
-    """
-    return [float(c.strip() == str(a).strip()) for c, a in zip(completions, answer)]
-
-
-def _partial_credit(completion: str, answer: str) -> float:
-    if completion == answer:
-        return 1.0
-    if not completion or not answer:
-        return 0.0
-    digit_frac = sum(ch in ANSWER_CHARS for ch in completion) / len(completion)
-    length_score = 1.0 / (1.0 + abs(len(completion) - len(answer)))
-    matches = sum(c == a for c, a in zip(completion, answer)) / len(answer)
-    return 0.2 * digit_frac + 0.2 * length_score + 0.6 * matches
-
-
-def answer_partial_credit(
-    prompts: list[Any], completions: list[str], answer: list[Any], **_: Any
-) -> list[float]:
-    """Dense credit for short answers: answer-like characters, the right length, right digits.
-
-    An exact-match reward from a random init is zero for a long time, so nothing in a group
-    differs and no gradient flows; this one separates completions from the first step.
-    Weights: 0.2 for the share of digit/sign characters, 0.2 for 1/(1+|length error|),
-    0.6 for the share of the answer's characters right in their position; exact scores 1.
-
-    >>> answer_partial_credit(["2+2="], ["4", "5", "4x", ""], answer=["4"] * 4)
-    [1.0, 0.4, 0.8, 0.0]
-    """
-    return [_partial_credit(c.strip(), str(a).strip()) for c, a in zip(completions, answer)]
-
-
-def _as_number(text: str) -> float | None:
-    try:
-        return float(text.replace(",", ""))
-    except ValueError:
-        return None
-
-
-def last_number(prompts: list[Any], completions: list[str], answer: list[Any], **_: Any) -> list[float]:
-    """1.0 when the last number in the completion equals the numeric answer (GSM8K style).
-
-    A light stand-in until full answer equivalence (math-verify) lands: no fractions or LaTeX.
-
-    >>> last_number(["q"] * 3, ["so 3 + 4 = 7", "It is 1,500.", "no idea"], answer=["7", "1500", "3"])
-    [1.0, 1.0, 0.0]
-    """
-    scores = []
-    for completion, expected in zip(completions, answer):
-        found = NUMBER.findall(completion)
-        got = _as_number(found[-1]) if found else None
-        want = _as_number(str(expected))
-        scores.append(float(got is not None and want is not None and abs(got - want) < 1e-9))
-    return scores
-
+__all__ = [
+    "BUILTIN_REWARDS",
+    "answer_partial_credit",
+    "exact_match",
+    "last_number",
+    "math_answer",
+    "overlong",
+    "repetition",
+    "think_answer_format",
+]
 
 BUILTIN_REWARDS: dict[str, Callable[..., list[float | None]]] = {
     "exact_match": exact_match,
     "answer_partial_credit": answer_partial_credit,
     "last_number": last_number,
+    "math": math_answer,
+    "format": think_answer_format,
+    "overlong": overlong,
+    "repetition": repetition,
 }

@@ -1,129 +1,361 @@
-"""Resolve configured reward functions and fuse their outputs into one reward per completion.
+"""Fuse per-function scores into one reward per completion (DESIGN.md §3, seed 000).
 
-Minimal fusion for now: failures become NaN, and the fused reward is the NaN-safe weighted mean
-over the functions that scored a sample (DESIGN.md §3); all-NaN samples stay NaN (unscorable).
+Per function: normalise (`none`, `zscore`, `sigmoid`, `group_zscore`), NaN staying NaN. Then
+either `weighted_mean` (R = Σ_valid w_i r̂_i / Σ_valid w_i) or `normalize_then_sum` (group
+z-scores, then Σ_valid w_i z_i, GDPO-style). A sample no function scored stays NaN (unscorable).
+A function that fails `max_consecutive_failures` batches in a row is masked and its fallback
+takes its weight. The weight effect says how much of the fused reward's variance each drives.
 """
 
 from __future__ import annotations
 
-import importlib
-import inspect
+import logging
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.rewards.builtin import BUILTIN_REWARDS
+from grpo_cli.rewards.executor import BatchScores, RewardExecutor
+from grpo_cli.rewards.sources import NORMALIZATIONS, RewardSource, required_columns  # noqa: F401 (re-export)
+
+AGGREGATIONS = ("weighted_mean", "normalize_then_sum")
+STD_EPS = 1e-4  # the advantage's epsilon (DESIGN.md §3): bounds z-scores of near-constant values
+MIN_VARIANCE = 1e-12  # below this the fused reward is constant and covariance shares say nothing
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
-class RewardFunction:
-    name: str
-    fn: Callable[..., list[float | None]]
-    weight: float
-    kwargs: dict[str, Any] = field(default_factory=dict)
+class FusionResult:
+    fused: list[float]  # NaN: unscorable
+    per_function: dict[str, list[float]]  # raw values, NaN where a function gave none
+    normalized: dict[str, list[float]]  # what the aggregation combines: r̂, or group z under normalize_then_sum
+    nan_indices: dict[str, list[int]]
+    errors: dict[str, str | None]  # this batch's error; for a masked function the one that masked it
+    unscorable_indices: list[int]
+    masked: list[str]
+    alerts: list[str]  # masking alerts raised by this batch only
+    effective_weights: dict[str, float]  # after masking and fallbacks
+    weight_effect: dict[str, float]  # share of Var(R) each function drives; sums to 1
+    contributions: dict[str, list[float]]  # x_i per sample: Σ_i x_i = R (0 where i did not score)
 
 
-def _import_target(target: str) -> Callable[..., Any]:
-    if target in BUILTIN_REWARDS:
-        return BUILTIN_REWARDS[target]
-    if ":" not in target:
-        raise GrpoError(
-            f"reward target '{target}' is neither a builtin ({', '.join(BUILTIN_REWARDS)}) "
-            "nor an import path 'package.module:function'"
-        )
-    module_name, attr = target.split(":", 1)
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise GrpoError(f"reward target '{target}': cannot import {module_name}: {err}") from None
-    fn = getattr(module, attr, None)
-    if not callable(fn):
-        raise GrpoError(f"reward target '{target}': {module_name} has no function {attr}")
-    return fn
+@dataclass
+class RunningStats:
+    """EMA mean and variance for `zscore`, seeded by the first batch with any valid value.
+
+    The variance is that of the EMA-weighted mixture of batches, so a drifting mean widens it:
+    var <- m·var + (1−m)·var_b + m(1−m)(mean − mean_b)².
+
+    >>> s = RunningStats(); s.update([1.0, 3.0], 0.9); (s.mean, s.var)
+    (2.0, 1.0)
+    >>> s.update([5.0, 7.0], 0.9); (round(s.mean, 6), round(s.var, 6))
+    (2.4, 2.44)
+    """
+
+    mean: float = 0.0
+    var: float = 0.0
+    seeded: bool = False
+
+    def update(self, values: list[float], momentum: float) -> None:
+        batch_mean = sum(values) / len(values)
+        batch_var = sum((v - batch_mean) ** 2 for v in values) / len(values)
+        if not self.seeded:
+            self.mean, self.var, self.seeded = batch_mean, batch_var, True
+            return
+        delta = batch_mean - self.mean
+        self.mean = momentum * self.mean + (1 - momentum) * batch_mean
+        self.var = momentum * self.var + (1 - momentum) * batch_var + momentum * (1 - momentum) * delta**2
 
 
-def _check_signature(name: str, fn: Callable[..., Any]) -> None:
-    """Called at start-up so a wrong signature fails before any model loads."""
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):
-        return  # builtins without an introspectable signature: trust them
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    if len(positional) < 2 and not any(p.kind is p.VAR_POSITIONAL for p in params):
-        raise GrpoError(f"reward '{name}': must accept (prompts, completions, **columns)")
+def _valid(values: list[float]) -> list[float]:
+    return [v for v in values if not math.isnan(v)]
 
 
-def required_columns(fn: Callable[..., Any]) -> list[str]:
-    """Keyword parameters without a default after (prompts, completions): data columns it needs."""
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):
-        return []
-    named = [p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)][2:]
-    return [p.name for p in named if p.default is p.empty]
+def sigmoid(x: float) -> float:
+    """1/(1+e^−x), written so neither branch overflows.
+
+    >>> sigmoid(0.0), round(sigmoid(math.log(3)), 6), sigmoid(-1000.0)
+    (0.5, 0.75, 0.0)
+    """
+    if math.isnan(x):
+        return math.nan
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
 
 
-def check_columns(functions: list[RewardFunction], columns: list[str]) -> None:
-    """A reward that needs a column the data lacks would score NaN forever: refuse it now."""
-    for fn in functions:
-        missing = [c for c in required_columns(fn.fn) if c not in columns and c not in fn.kwargs]
-        if missing:
-            raise GrpoError(
-                f"reward '{fn.name}' needs data column(s) {missing}; the data has {sorted(columns)}"
-            )
+def group_zscores(values: list[float], group_size: int) -> list[float]:
+    """(x − mean_g)/(std_g + 1e-4) over each group's valid values, std unbiased as in the advantage;
+    a group whose valid values are all equal (or just one) gives 0.
 
-
-def resolve_reward_functions(specs: list[Any]) -> list[RewardFunction]:
-    """`specs` are RewardFunctionConfig-like objects with name, target, weight, kwargs."""
-    functions = []
-    seen = set()
-    for spec in specs:
-        if spec.name in seen:
-            raise GrpoError(f"reward.functions: duplicate name '{spec.name}'")
-        seen.add(spec.name)
-        fn = _import_target(spec.target)
-        _check_signature(spec.name, fn)
-        functions.append(RewardFunction(spec.name, fn, float(spec.weight), dict(spec.kwargs)))
-    return functions
-
-
-def _call(
-    fn: RewardFunction, prompts: list[Any], completions: list[str], columns: dict[str, list[Any]]
-) -> list[float]:
-    try:
-        values = fn.fn(prompts, completions, **columns, **fn.kwargs)
-    except Exception:  # a failing user function must not stop training: its batch scores NaN
-        return [math.nan] * len(completions)
-    if values is None or len(values) != len(completions):
-        return [math.nan] * len(completions)
-    out = []
-    for v in values:
-        try:
-            out.append(math.nan if v is None else float(v))
-        except (TypeError, ValueError):
-            out.append(math.nan)
+    >>> group_zscores([1.0, 2.0, 3.0, 5.0, 5.0, float("nan")], 3)[:2]
+    [-0.9999000099990001, 0.0]
+    >>> group_zscores([1.0, 2.0, 3.0, 5.0, 5.0, float("nan")], 3)[3:]
+    [0.0, 0.0, nan]
+    """
+    out = [math.nan] * len(values)
+    for start in range(0, len(values), group_size):
+        idx = [i for i in range(start, min(start + group_size, len(values))) if not math.isnan(values[i])]
+        group = [values[i] for i in idx]
+        if len(group) < 2 or max(group) == min(group):
+            for i in idx:
+                out[i] = 0.0
+            continue
+        mean = sum(group) / len(group)
+        std = math.sqrt(sum((v - mean) ** 2 for v in group) / (len(group) - 1))
+        for i in idx:
+            out[i] = (values[i] - mean) / (std + STD_EPS)
     return out
 
 
-def fuse_rewards(
-    functions: list[RewardFunction],
-    weights: dict[str, float],
+class RewardFusion:
+    """Stateful across batches: zscore running stats, failure counts, masked functions."""
+
+    def __init__(
+        self,
+        sources: list[RewardSource],
+        max_consecutive_failures: int = 3,
+        aggregation: str = "weighted_mean",
+        ema_momentum: float = 0.9,
+    ) -> None:
+        if aggregation not in AGGREGATIONS:
+            raise GrpoError(f"reward.aggregation '{aggregation}' is not one of {', '.join(AGGREGATIONS)}")
+        if max_consecutive_failures < 1:
+            raise GrpoError("reward.max_consecutive_failures must be at least 1")
+        for s in sources:
+            if s.normalize not in NORMALIZATIONS:
+                raise GrpoError(f"reward '{s.name}': normalize '{s.normalize}' is not one of {NORMALIZATIONS}")
+        self.sources = list(sources)
+        self.max_consecutive_failures = max_consecutive_failures
+        self.aggregation = aggregation
+        self.ema_momentum = ema_momentum
+        self._by_name = {s.name: s for s in self.sources}
+        self._stats = {s.name: RunningStats() for s in self.sources if s.normalize == "zscore"}
+        self._failures = {s.name: 0 for s in self.sources}
+        self._last_error: dict[str, str | None] = {s.name: None for s in self.sources}
+        self.masked: list[str] = []  # in the order they were masked
+
+    # ---- weights -----------------------------------------------------------------------
+    def _fallback_target(self, name: str) -> str | None:
+        """Follow fallbacks past masked functions to one still active (None if the chain ends)."""
+        seen = {name}
+        target = self._by_name[name].fallback
+        while target is not None and target in self.masked and target not in seen:
+            seen.add(target)
+            target = self._by_name[target].fallback
+        return None if target is None or target in self.masked else target
+
+    def effective_weights(self, weights: dict[str, float] | None = None) -> dict[str, float]:
+        """Configured (or curriculum) weights with masked functions' weight moved to their fallback."""
+        unknown = sorted(set(weights or {}) - set(self._by_name))
+        if unknown:
+            raise GrpoError(f"weights given for unknown reward function(s) {unknown}")
+        base = {s.name: float((weights or {}).get(s.name, s.weight)) for s in self.sources}
+        effective = {name: 0.0 if name in self.masked else w for name, w in base.items()}
+        for name in self.masked:
+            target = self._fallback_target(name)
+            if target is not None:
+                effective[target] += base[name]
+        return effective
+
+    # ---- failures ----------------------------------------------------------------------
+    def _record(self, name: str, batch: BatchScores) -> str | None:
+        """Count a failed batch (raised, or nothing valid); return an alert if this one masks it."""
+        failed = batch.error is not None or (len(batch.values) > 0 and not _valid(batch.values))
+        if not failed:
+            self._failures[name] = 0
+            return None
+        self._failures[name] += 1
+        self._last_error[name] = batch.error or "every value was None or non-numeric"
+        if self._failures[name] < self.max_consecutive_failures:
+            return None
+        self.masked.append(name)
+        target = self._fallback_target(name)
+        takeover = f"fallback '{target}' takes over its weight" if target else "no fallback: its weight is dropped"
+        return (
+            f"reward '{name}' masked after {self._failures[name]} consecutive failed batches "
+            f"(last error: {self._last_error[name]}); {takeover}"
+        )
+
+    # ---- normalisation -----------------------------------------------------------------
+    def _normalize(self, source: RewardSource, values: list[float], group_size: int, update: bool) -> list[float]:
+        kind = source.normalize
+        if kind == "none":
+            return list(values)
+        if kind == "sigmoid":
+            return [sigmoid(v) for v in values]
+        if kind == "group_zscore":
+            return group_zscores(values, group_size)
+        # zscore: the stats include this batch (updated first), so the first batch is centred
+        # on itself instead of on nothing, and a shift shows up at once, damped by the momentum.
+        stats = self._stats[source.name]
+        valid = _valid(values)
+        if valid and (update or not stats.seeded):
+            if not update:  # a read-only call on a fresh source: this batch's own stats, unstored
+                stats = RunningStats()
+            stats.update(valid, self.ema_momentum)
+        if not stats.seeded:
+            return list(values)  # all NaN and nothing seen yet
+        std = math.sqrt(stats.var)
+        return [(v - stats.mean) / (std + STD_EPS) for v in values]
+
+    # ---- the fusion --------------------------------------------------------------------
+    def fuse(
+        self,
+        scores: dict[str, BatchScores],
+        group_size: int,
+        weights: dict[str, float] | None = None,
+        update_state: bool = True,
+    ) -> FusionResult:
+        """`scores` by source name (a masked source may be left out). `update_state=False` (e.g. for
+        evaluation) leaves running stats, failure counts and masks untouched."""
+        lengths = {len(b.values) for b in scores.values()}
+        if len(lengths) != 1:
+            raise ValueError(f"reward scores need one common batch length, got {sorted(lengths)}")
+        n = lengths.pop()
+        if group_size < 1 or n % group_size:
+            raise ValueError(f"batch of {n} is not a whole number of groups of {group_size}")
+        missing = BatchScores([math.nan] * n, "not scored")
+        alerts = []
+        batches = {}
+        for s in self.sources:
+            batches[s.name] = scores.get(s.name, missing)
+            if update_state and s.name not in self.masked:
+                alert = self._record(s.name, batches[s.name])
+                if alert:
+                    log.warning(alert)
+                    alerts.append(alert)
+        effective = self.effective_weights(weights)
+
+        per_function, normalized = {}, {}
+        for s in self.sources:
+            raw = [math.nan] * n if s.name in self.masked else list(batches[s.name].values)
+            per_function[s.name] = raw
+            r_hat = self._normalize(s, raw, group_size, update_state) if s.name not in self.masked else raw
+            if self.aggregation == "normalize_then_sum" and s.normalize != "group_zscore":
+                r_hat = group_zscores(r_hat, group_size)
+            normalized[s.name] = r_hat
+
+        # contributions[name][j]: function's share of R_j, 0 where it did not score; Σ_i = R_j.
+        fused = []
+        contributions = {s.name: [0.0] * n for s in self.sources}
+        for j in range(n):
+            valid = [(name, w, normalized[name][j]) for name, w in effective.items() if w > 0]
+            valid = [(name, w, v) for name, w, v in valid if not math.isnan(v)]
+            if not valid:
+                fused.append(math.nan)
+                continue
+            total_w = sum(w for _, w, _ in valid)
+            scale = total_w if self.aggregation == "weighted_mean" else 1.0
+            for name, w, v in valid:
+                contributions[name][j] = w * v / scale
+            fused.append(sum(w * v for _, w, v in valid) / scale)
+
+        unscorable = [j for j, r in enumerate(fused) if math.isnan(r)]
+        errors = {
+            s.name: self._last_error[s.name] if s.name in self.masked else batches[s.name].error for s in self.sources
+        }
+        return FusionResult(
+            fused=fused,
+            per_function=per_function,
+            normalized=normalized,
+            nan_indices={name: [j for j, v in enumerate(vals) if math.isnan(v)] for name, vals in per_function.items()},
+            errors=errors,
+            unscorable_indices=unscorable,
+            masked=list(self.masked),
+            alerts=alerts,
+            effective_weights=effective,
+            weight_effect=weight_effect(fused, contributions, effective),
+            contributions=contributions,
+        )
+
+    # ---- checkpoints -------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Plain Python (JSON-safe): running stats, failure counts, last errors, masked names."""
+        return {
+            "stats": {name: {"mean": s.mean, "var": s.var, "seeded": s.seeded} for name, s in self._stats.items()},
+            "failures": dict(self._failures),
+            "last_error": dict(self._last_error),
+            "masked": list(self.masked),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Names no longer configured are ignored: a resumed run may have changed its rewards."""
+        for name, s in state.get("stats", {}).items():
+            if name in self._stats:
+                self._stats[name] = RunningStats(float(s["mean"]), float(s["var"]), bool(s["seeded"]))
+        for name, count in state.get("failures", {}).items():
+            if name in self._failures:
+                self._failures[name] = int(count)
+        for name, error in state.get("last_error", {}).items():
+            if name in self._last_error:
+                self._last_error[name] = error
+        self.masked = [name for name in state.get("masked", []) if name in self._by_name]
+
+
+def weight_effect(
+    fused: list[float], contributions: dict[str, list[float]], effective: dict[str, float]
+) -> dict[str, float]:
+    """c_i = Cov(x_i, R) / Var(R) over scorable samples, x_i function i's contribution to R.
+
+    Since Σ_i x_i = R, the shares sum to 1. With a constant R the covariances say nothing, so
+    the shares fall back to the effective weight fractions.
+    """
+    rows = [j for j, r in enumerate(fused) if not math.isnan(r)]
+    if len(rows) >= 2:
+        mean_r = sum(fused[j] for j in rows) / len(rows)
+        var_r = sum((fused[j] - mean_r) ** 2 for j in rows) / len(rows)
+        if var_r > MIN_VARIANCE:
+            shares = {}
+            for name, x in contributions.items():
+                mean_x = sum(x[j] for j in rows) / len(rows)
+                cov = sum((x[j] - mean_x) * (fused[j] - mean_r) for j in rows) / len(rows)
+                shares[name] = cov / var_r
+            return shares
+    total = sum(w for w in effective.values() if w > 0)
+    return {name: (w / total if total > 0 and w > 0 else 0.0) for name, w in effective.items()}
+
+
+def score_and_fuse(
+    executor: RewardExecutor,
+    fusion: RewardFusion,
     prompts: list[Any],
-    completions: list[str],
+    completions: list[Any],
+    columns: dict[str, list[Any]],
+    group_size: int,
+    weights: dict[str, float] | None = None,
+    update_state: bool = True,
+) -> FusionResult:
+    """Score with every source not masked (a masked one is not called again), then fuse."""
+    n = len(completions)
+    active = [s for s in fusion.sources if s.name not in fusion.masked]
+    scores = executor.run(active, prompts, completions, columns)
+    for s in fusion.sources:  # masked ones still carry the batch length when nothing else does
+        scores.setdefault(s.name, BatchScores([math.nan] * n))
+    if not scores:  # no reward configured: nothing can score anything
+        scores = {"": BatchScores([math.nan] * n)}
+    return fusion.fuse(scores, group_size, weights, update_state=update_state)
+
+
+def fuse_rewards(
+    sources: list[RewardSource],
+    weights: dict[str, float] | None,
+    prompts: list[Any],
+    completions: list[Any],
     columns: dict[str, list[Any]],
 ) -> tuple[list[float], dict[str, list[float]]]:
-    """Returns (fused reward per completion, per-function rewards with NaN for failures)."""
-    per_function = {fn.name: _call(fn, prompts, completions, columns) for fn in functions}
-    fused = []
-    for i in range(len(completions)):
-        total = norm = 0.0
-        for fn in functions:
-            value = per_function[fn.name][i]
-            w = weights.get(fn.name, fn.weight)
-            if not math.isnan(value) and w > 0:
-                total += w * value
-                norm += w
-        fused.append(total / norm if norm > 0 else math.nan)
-    return fused, per_function
+    """One-shot and stateless (no running stats, no masking, no timeouts, the batch as one group):
+    (fused reward per completion, raw values per function). For a library user scoring a list;
+    training keeps a RewardFusion across batches and calls score_and_fuse.
+
+    >>> from grpo_cli.rewards.builtin import exact_match
+    >>> fuse_rewards([RewardSource("em", exact_match)], None, ["1+1="] * 2, ["2", "3"], {"answer": ["2", "2"]})
+    ([1.0, 0.0], {'em': [1.0, 0.0]})
+    """
+    with RewardExecutor(num_workers=0, default_timeout_s=None) as executor:
+        result = score_and_fuse(
+            executor, RewardFusion(sources), prompts, completions, columns, max(1, len(completions)), weights
+        )
+    return result.fused, result.per_function

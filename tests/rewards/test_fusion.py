@@ -1,78 +1,245 @@
-"""Reward resolution and the minimal fusion: failures become NaN, never a crash."""
+"""Reward resolution and fusion: NaN-safe weighted mean, masking with fallback, weight effect."""
 
 from __future__ import annotations
 
+import json
 import math
 from types import SimpleNamespace
 
 import pytest
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.rewards import RewardFunction, check_columns, fuse_rewards, resolve_reward_functions
+from grpo_cli.rewards import (
+    BatchScores,
+    RewardExecutor,
+    RewardFusion,
+    RewardSource,
+    check_columns,
+    resolve_reward_sources,
+    score_and_fuse,
+)
 from grpo_cli.rewards.builtin import exact_match
 
-
-def spec(name, target, weight=1.0, kwargs=None):
-    return SimpleNamespace(name=name, target=target, weight=weight, kwargs=kwargs or {})
+NAN = math.nan
 
 
+def spec(name, target, weight=1.0, kwargs=None, **extra):
+    return SimpleNamespace(name=name, target=target, weight=weight, kwargs=kwargs or {}, **extra)
+
+
+def source(name, weight=1.0, **extra):
+    return RewardSource(name, lambda p, c, **_: [0.0] * len(c), weight, **extra)
+
+
+def batch(*values, error=None):
+    return BatchScores([NAN if v is None else float(v) for v in values], error)
+
+
+# ---- resolution ------------------------------------------------------------------------------
+def test_import_path_resolves_and_bad_targets_fail_at_startup():
+    resolved = resolve_reward_sources([spec("em", "grpo_cli.rewards.builtin:exact_match", 0.5)])
+    assert resolved[0].fn is exact_match and resolved[0].weight == 0.5
+    assert resolved[0].normalize == "none" and resolved[0].fallback is None and not resolved[0].parallel
+    with pytest.raises(GrpoError, match="cannot import"):
+        resolve_reward_sources([spec("x", "no_such_pkg.mod:fn")])
+    with pytest.raises(GrpoError, match="has no function"):
+        resolve_reward_sources([spec("x", "grpo_cli.rewards.builtin:nope")])
+    with pytest.raises(GrpoError, match="neither a builtin"):
+        resolve_reward_sources([spec("x", "exact_mtch")])
+    with pytest.raises(GrpoError, match="must accept"):
+        resolve_reward_sources([spec("x", "math:sqrt")])
+    with pytest.raises(GrpoError, match="duplicate"):
+        resolve_reward_sources([spec("a", "exact_match"), spec("a", "last_number")])
+
+
+def test_new_spec_fields_are_read_and_validated_naming_the_function():
+    specs = [
+        spec("em", "exact_match", 2.0, normalize="sigmoid", fallback="ln", timeout_s=5, parallel=True),
+        spec("ln", "last_number"),
+    ]
+    em, ln = resolve_reward_sources(specs)
+    assert (em.normalize, em.fallback, em.timeout_s, em.parallel) == ("sigmoid", "ln", 5.0, True)
+    assert ln.timeout_s is None
+    with pytest.raises(GrpoError, match=r"reward 'em': normalize 'zcore' is not one of"):
+        resolve_reward_sources([spec("em", "exact_match", normalize="zcore")])
+    with pytest.raises(GrpoError, match=r"reward 'em': fallback 'nope' is not a configured"):
+        resolve_reward_sources([spec("em", "exact_match", fallback="nope")])
+    with pytest.raises(GrpoError, match=r"reward 'em': fallback cannot be the function itself"):
+        resolve_reward_sources([spec("em", "exact_match", fallback="em")])
+    with pytest.raises(GrpoError, match=r"reward 'em': set target"):
+        resolve_reward_sources([spec("em", None)])
+
+
+def test_parallel_needs_a_picklable_function(monkeypatch):
+    """Workers are spawned: a lambda cannot travel to them by reference."""
+    import tests.rewards.pool_functions as module
+
+    monkeypatch.setattr(module, "a_lambda", lambda p, c, **_: [1.0] * len(c), raising=False)
+    with pytest.raises(GrpoError, match=r"reward 'x': parallel=true needs a module-level function"):
+        resolve_reward_sources([spec("x", "tests.rewards.pool_functions:a_lambda", parallel=True)])
+    assert resolve_reward_sources([spec("x", "tests.rewards.pool_functions:length", parallel=True)])[0].parallel
+
+
+def test_missing_data_column_fails_before_training():
+    fns = resolve_reward_sources([spec("em", "exact_match")])
+    check_columns(fns, ["answer"])
+    with pytest.raises(GrpoError, match=r"needs data column\(s\) \['answer'\]"):
+        check_columns(fns, ["solution"])
+    check_columns(resolve_reward_sources([spec("em", "exact_match", kwargs={"answer": ["1"]})]), [])
+
+
+# ---- the NaN-safe weighted mean ---------------------------------------------------------------
 def test_weighted_mean_skips_nan_and_all_nan_stays_nan():
     """R = sum_valid w r / sum_valid w; a sample nobody scored stays NaN (unscorable)."""
+    fusion = RewardFusion([source("half", 3.0), source("const", 1.0)])
+    result = fusion.fuse({"half": batch(1.0, None, None), "const": batch(0.0, 0.5, None)}, group_size=1)
+    assert result.fused[0] == pytest.approx((3 * 1.0 + 1 * 0.0) / 4)
+    assert result.fused[1] == pytest.approx(0.5)  # only `const` scored it
+    assert math.isnan(result.fused[2])
+    assert result.unscorable_indices == [2]
+    assert result.nan_indices == {"half": [1, 2], "const": [2]}
+    assert math.isnan(result.per_function["half"][1])
 
-    def half(prompts, completions, **_):
-        return [1.0, None, None]
 
-    def const(prompts, completions, **_):
-        return [0.0, 0.5, None]
-
-    fns = [RewardFunction("half", half, 3.0), RewardFunction("const", const, 1.0)]
-    fused, per_fn = fuse_rewards(fns, {"half": 3.0, "const": 1.0}, ["p"] * 3, ["a", "b", "c"], {})
-    assert fused[0] == pytest.approx((3 * 1.0 + 1 * 0.0) / 4)
-    assert fused[1] == pytest.approx(0.5)  # only `const` scored it
-    assert math.isnan(fused[2])
-    assert math.isnan(per_fn["half"][1])
+def test_curriculum_weights_override_configured_ones_and_unknown_names_fail():
+    fusion = RewardFusion([source("a", 1.0), source("b", 1.0)])
+    result = fusion.fuse({"a": batch(1.0), "b": batch(0.0)}, 1, weights={"a": 0.2, "b": 0.8})
+    assert result.fused == [pytest.approx(0.2)]
+    assert result.effective_weights == {"a": 0.2, "b": 0.8}
+    with pytest.raises(GrpoError, match=r"unknown reward function\(s\) \['c'\]"):
+        fusion.fuse({"a": batch(1.0), "b": batch(0.0)}, 1, weights={"c": 1.0})
 
 
 def test_raising_function_scores_nan_for_its_batch_only():
     def boom(prompts, completions, **_):
         raise RuntimeError("reward server down")
 
-    fns = [RewardFunction("boom", boom, 1.0), RewardFunction("exact", exact_match, 1.0)]
-    fused, per_fn = fuse_rewards(fns, {}, ["p", "p"], ["1", "2"], {"answer": ["1", "1"]})
-    assert all(math.isnan(v) for v in per_fn["boom"])
-    assert fused == [1.0, 0.0]
+    sources = [RewardSource("boom", boom), RewardSource("exact", exact_match)]
+    with RewardExecutor(num_workers=0, default_timeout_s=0) as executor:
+        result = score_and_fuse(
+            executor, RewardFusion(sources), ["p", "p"], ["1", "2"], {"answer": ["1", "1"]}, group_size=2
+        )
+    assert all(math.isnan(v) for v in result.per_function["boom"])
+    assert result.errors == {"boom": "RuntimeError: reward server down", "exact": None}
+    assert result.fused == [1.0, 0.0]
 
 
-def test_wrong_length_or_non_numeric_values_are_nan():
-    def short(prompts, completions, **_):
-        return [1.0]
+# ---- failure isolation -------------------------------------------------------------------------
+def test_masked_after_exactly_n_consecutive_failures_and_fallback_takes_its_weight():
+    sources = [source("flaky", 2.0, fallback="backup"), source("backup", 1.0), source("other", 1.0)]
+    fusion = RewardFusion(sources, max_consecutive_failures=3)
+    fail = {"flaky": batch(None, None, error="ValueError: flaky"), "backup": batch(1, 1), "other": batch(0, 0)}
+    good = {"flaky": batch(1, None), "backup": batch(1, 1), "other": batch(0, 0)}
 
-    def text(prompts, completions, **_):
-        return ["x", 2]
+    # fail, fail, good (resets), fail, fail: never three in a row, so never masked
+    for scores in (fail, fail, good, fail, fail):
+        result = fusion.fuse(scores, group_size=2)
+        assert result.masked == [] and result.alerts == []
+    # with flaky NaN, backup and other share equally: (1·1 + 1·0)/2
+    assert result.fused == [0.5, 0.5]
 
-    fns = [RewardFunction("short", short, 1.0), RewardFunction("text", text, 1.0)]
-    _, per_fn = fuse_rewards(fns, {}, ["p", "p"], ["a", "b"], {})
-    assert all(math.isnan(v) for v in per_fn["short"])
-    assert math.isnan(per_fn["text"][0]) and per_fn["text"][1] == 2.0
+    result = fusion.fuse(fail, group_size=2)  # the third failure in a row
+    assert result.masked == ["flaky"]
+    assert len(result.alerts) == 1
+    alert = result.alerts[0]
+    assert "'flaky'" in alert and "ValueError: flaky" in alert and "'backup'" in alert
+    assert result.effective_weights == {"flaky": 0.0, "backup": 3.0, "other": 1.0}
+    assert result.fused == [0.75, 0.75]  # (3·1 + 1·0)/4: backup now carries flaky's weight
 
-
-def test_import_path_resolves_and_bad_targets_fail_at_startup():
-    resolved = resolve_reward_functions([spec("em", "grpo_cli.rewards.builtin:exact_match", 0.5)])
-    assert resolved[0].fn is exact_match and resolved[0].weight == 0.5
-    with pytest.raises(GrpoError, match="cannot import"):
-        resolve_reward_functions([spec("x", "no_such_pkg.mod:fn")])
-    with pytest.raises(GrpoError, match="has no function"):
-        resolve_reward_functions([spec("x", "grpo_cli.rewards.builtin:nope")])
-    with pytest.raises(GrpoError, match="neither a builtin"):
-        resolve_reward_functions([spec("x", "exact_mtch")])
-    with pytest.raises(GrpoError, match="must accept"):
-        resolve_reward_functions([spec("x", "math:sqrt")])
-    with pytest.raises(GrpoError, match="duplicate"):
-        resolve_reward_functions([spec("a", "exact_match"), spec("a", "last_number")])
+    # later batches: still masked, no new alert, flaky's values ignored even if it recovers
+    result = fusion.fuse(good, group_size=2)
+    assert result.masked == ["flaky"] and result.alerts == []
+    assert result.fused == [0.75, 0.75]
+    assert result.errors["flaky"] == "ValueError: flaky"
 
 
-def test_missing_data_column_fails_before_training():
-    fns = resolve_reward_functions([spec("em", "exact_match")])
-    check_columns(fns, ["answer"])
-    with pytest.raises(GrpoError, match=r"needs data column\(s\) \['answer'\]"):
-        check_columns(fns, ["solution"])
+def test_all_nan_batch_counts_as_a_failure_and_without_fallback_weight_is_dropped():
+    fusion = RewardFusion([source("none_fn", 5.0), source("ok", 1.0)], max_consecutive_failures=2)
+    scores = {"none_fn": batch(None, None), "ok": batch(0.2, 0.4)}
+    assert fusion.fuse(scores, 1).masked == []
+    result = fusion.fuse(scores, 1)
+    assert result.masked == ["none_fn"]
+    assert "every value was None" in result.alerts[0] and "no fallback" in result.alerts[0]
+    assert result.effective_weights == {"none_fn": 0.0, "ok": 1.0}
+
+
+def test_fallback_chain_skips_a_masked_fallback():
+    sources = [source("a", 1.0, fallback="b"), source("b", 2.0, fallback="c"), source("c", 1.0)]
+    fusion = RewardFusion(sources, max_consecutive_failures=1)
+    result = fusion.fuse({"a": batch(None), "b": batch(None), "c": batch(1.0)}, 1)
+    assert result.masked == ["a", "b"]
+    assert result.effective_weights == {"a": 0.0, "b": 0.0, "c": 4.0}
+
+
+def test_masked_function_is_not_called_again():
+    calls = []
+
+    def failing(prompts, completions, **_):
+        calls.append(1)
+        raise ValueError("down")
+
+    fusion = RewardFusion([RewardSource("f", failing), source("ok")], max_consecutive_failures=1)
+    with RewardExecutor(0, 0) as executor:
+        for _ in range(3):
+            result = score_and_fuse(executor, fusion, ["p"], ["c"], {}, 1)
+    assert len(calls) == 1 and result.masked == ["f"] and result.fused == [0.0]
+
+
+# ---- weight effect -----------------------------------------------------------------------------
+def test_weight_effect_matches_hand_computation_and_sums_to_one():
+    """a (w=3) = [1, 0, 1, 0]; b (w=1) = [NaN, 0, 1, 1].
+    R = [1, 0, (3+1)/4, 1/4] = [1, 0, 1, .25]; x_a = 3a/Σ_valid w = [1, 0, .75, 0]; x_b = [0, 0, .25, .25].
+    mean R = .5625; Σ(R−R̄)² = .19140625+.31640625+.19140625+.09765625 = .796875 = 51/64.
+    Σ(x_a−.4375)(R−R̄) = .5625·.4375 + (−.4375)(−.5625) + .3125·.4375 + (−.4375)(−.3125) = 49/64.
+    So c_a = 49/51 and c_b = 2/51."""
+    fusion = RewardFusion([source("a", 3.0), source("b", 1.0)])
+    result = fusion.fuse({"a": batch(1, 0, 1, 0), "b": batch(None, 0, 1, 1)}, group_size=4)
+    assert result.fused == pytest.approx([1.0, 0.0, 1.0, 0.25])
+    assert result.contributions["a"] == pytest.approx([1.0, 0.0, 0.75, 0.0])
+    assert result.weight_effect["a"] == pytest.approx(49 / 51)
+    assert result.weight_effect["b"] == pytest.approx(2 / 51)
+    assert sum(result.weight_effect.values()) == pytest.approx(1.0)
+
+
+def test_weight_effect_with_constant_reward_falls_back_to_weight_fractions():
+    fusion = RewardFusion([source("a", 3.0), source("b", 1.0)])
+    result = fusion.fuse({"a": batch(1, 1), "b": batch(1, 1)}, group_size=2)
+    assert result.weight_effect == {"a": 0.75, "b": 0.25}
+
+
+# ---- normalize_then_sum --------------------------------------------------------------------------
+def test_normalize_then_sum_group_zscores_then_weighted_sum():
+    """Groups of 2. a = [1, 0 | 2, 2], b = [0, 1 | 1, None].
+    Group [1, 0]: mean .5, unbiased std √.5, z = ±.5/(√.5 + 1e-4). Group [2, 2]: equal -> 0.
+    b: [0, 1] -> ∓ the same z; [1, NaN]: one valid value -> 0, NaN stays NaN.
+    R = 2 z_a + 1 z_b (no division by the weights)."""
+    z = 0.5 / (math.sqrt(0.5) + 1e-4)
+    fusion = RewardFusion([source("a", 2.0), source("b", 1.0)], aggregation="normalize_then_sum")
+    result = fusion.fuse({"a": batch(1, 0, 2, 2), "b": batch(0, 1, 1, None)}, group_size=2)
+    assert result.normalized["a"] == pytest.approx([z, -z, 0.0, 0.0])
+    assert result.normalized["b"][:3] == pytest.approx([-z, z, 0.0]) and math.isnan(result.normalized["b"][3])
+    assert result.fused == pytest.approx([2 * z - z, -2 * z + z, 0.0, 0.0])
+    # x_i = w_i z_i: Cov shares still sum to 1. R = [z, −z, 0, 0]; x_a = [2z, −2z, 0, 0] -> c_a = 2, c_b = −1
+    assert result.weight_effect["a"] == pytest.approx(2.0)
+    assert result.weight_effect["b"] == pytest.approx(-1.0)
+    with pytest.raises(GrpoError, match="aggregation"):
+        RewardFusion([source("a")], aggregation="sum")
+
+
+# ---- checkpoints ---------------------------------------------------------------------------------
+def test_state_dict_round_trips_running_stats_and_failure_counts():
+    sources = [source("rm", normalize="zscore"), source("flaky", fallback="rm")]
+    first = RewardFusion(sources, max_consecutive_failures=3)
+    first.fuse({"rm": batch(1, 3), "flaky": batch(None, None, error="E: x")}, 2)
+    first.fuse({"rm": batch(5, 7), "flaky": batch(None, None, error="E: x")}, 2)
+    state = json.loads(json.dumps(first.state_dict()))  # plain Python: fits in a checkpoint's JSON
+    assert state["stats"]["rm"]["mean"] == pytest.approx(2.4) and state["stats"]["rm"]["var"] == pytest.approx(2.44)
+    assert state["failures"] == {"rm": 0, "flaky": 2}
+
+    resumed = RewardFusion(sources, max_consecutive_failures=3)
+    resumed.load_state_dict(state)
+    assert resumed.state_dict() == first.state_dict()
+    nxt = {"rm": batch(2, 4), "flaky": batch(None, None, error="E: x")}
+    a, b = first.fuse(nxt, 2), resumed.fuse(nxt, 2)
+    assert a.normalized == b.normalized and a.fused == b.fused
+    assert b.masked == ["flaky"]  # the third failure in a row counts across the resume

@@ -1,0 +1,66 @@
+"""`grpo score`: score a rollouts file with the configured rewards, in a stream."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+from rich.table import Table
+
+from grpo_cli.commands.errors import report_user_errors
+from grpo_cli.config.schema import ScoreConfig
+from grpo_cli.config.store import register_schemas
+from grpo_cli.errors import GrpoError
+from grpo_cli.rewards import RewardExecutor, RewardFusion, resolve_reward_sources
+from grpo_cli.rewards.score_file import score_rollouts_file
+
+register_schemas()
+
+
+def summary_table(summary: dict) -> Table:
+    table = Table(title=f"grpo score: {summary['completions']} completions of {summary['prompts']} prompts")
+    for column in ("function", "mean", "std", "NaN", "weight effect"):
+        table.add_column(column, justify="left" if column == "function" else "right")
+    effect = summary["weight_effect"]
+    for name, stats in summary["functions"].items():
+        mean = "-" if stats["mean"] is None else f"{stats['mean']:.4f}"
+        share = f"{effect[name]:.3f}" if name in effect else "-"
+        masked = " (masked)" if name in summary["masked_functions"] else ""
+        table.add_row(name + masked, mean, f"{stats['std']:.4f}", str(stats["nan_count"]), share)
+    fused = summary["reward"]
+    fused_mean = "-" if fused["mean"] is None else f"{fused['mean']:.4f}"
+    table.add_row("[bold]fused", fused_mean, f"{fused['std']:.4f}", str(fused["nan_count"]), "")
+    return table
+
+
+def run_score(cfg: ScoreConfig) -> float:
+    """Returns the mean fused reward (the objective, for sweeps over reward settings)."""
+    if not cfg.input or not cfg.output:
+        raise GrpoError("grpo score needs input=ROLLOUTS.jsonl and output=SCORED.jsonl")
+    if cfg.batch_size < 1:
+        raise GrpoError(f"invalid value batch_size={cfg.batch_size}: must be at least 1")
+    if not cfg.reward.functions:
+        raise GrpoError("reward.functions is empty: choose a reward, e.g. reward=math")
+    sources = resolve_reward_sources(cfg.reward.functions)
+    fusion = RewardFusion(sources, cfg.reward.max_consecutive_failures, cfg.reward.aggregation)
+    with RewardExecutor(cfg.reward.num_workers, cfg.reward.timeout_s) as executor:
+        summary = score_rollouts_file(
+            Path(cfg.input), Path(cfg.output), sources, fusion, executor, cfg.algo.scale_rewards, cfg.batch_size
+        )
+    summary_path = Path(cfg.summary) if cfg.summary else Path(cfg.output).with_name("score_summary.json")
+    summary_path.write_text(json.dumps(summary, indent=2) + "\n")
+    console = Console(stderr=True)
+    for alert in summary["alerts"]:
+        console.print(f"[bold yellow]alert:[/] {alert}", highlight=False)
+    console.print(summary_table(summary))
+    console.print(f"wrote {cfg.output} and {summary_path}", highlight=False, soft_wrap=True)
+    mean = summary["reward"]["mean"]
+    return float("nan") if mean is None else mean
+
+
+@hydra.main(version_base=None, config_path="pkg://grpo_cli.conf", config_name="score")
+def main(cfg: DictConfig) -> float:
+    return report_user_errors(lambda: run_score(OmegaConf.to_object(cfg)))

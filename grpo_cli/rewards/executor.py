@@ -1,0 +1,299 @@
+"""Run reward sources on a batch: failures become NaN, a hung function costs one timeout, never the run.
+
+Sources with `parallel=True` run on a pool of spawned worker processes (spawn, never fork: the
+trainer holds CUDA state and threads that a forked child would inherit half-initialised). The
+rest, and reward models always, run in this process. A pool call past its timeout scores NaN
+and the pool is torn down (its processes terminated) and rebuilt for the next batch.
+
+In-process calls with a timeout run in a daemon thread the caller waits on with a deadline:
+Python cannot interrupt a pure-Python hang in a thread, so the thread is abandoned and keeps
+running, but training gets control back. Until that thread ends, the source scores NaN without
+being called again (no pile-up of threads). A function that relies on `signal` (alarm-based
+timeouts) only works in the main thread: give it `timeout_s: 0` or `parallel: true`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import multiprocessing
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any
+
+from grpo_cli.rewards.sources import RewardSource
+
+POOL_START_TIMEOUT_S = 120.0  # spawning workers and importing reward modules; not counted in a call's timeout
+CLOSE_GRACE_S = 5.0  # close() lets idle workers exit this long before terminating them
+
+
+@dataclass
+class BatchScores:
+    """One source's scores for a batch: NaN where it gave no usable number."""
+
+    values: list[float]
+    error: str | None = None  # "ValueError: flaky", "timed out after 2.0s", ...
+    elapsed_s: float = 0.0
+
+
+def _describe(err: BaseException) -> str:
+    text = str(err)
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+def _as_float(value: Any) -> float:
+    """None, text, and anything without a finite float value become NaN."""
+    if value is None or isinstance(value, (str, bytes)):
+        return math.nan
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return out if math.isfinite(out) else math.nan
+
+
+def evaluate_source(
+    fn: Callable[..., Any],
+    kwargs: dict[str, Any],
+    prompts: list[Any],
+    completions: list[Any],
+    columns: dict[str, list[Any]],
+) -> BatchScores:
+    """Call one reward function and turn whatever it does into a BatchScores.
+
+    Module level so a worker process can import it.
+
+    >>> evaluate_source(lambda p, c, **_: [1, None, "x"], {}, ["q"] * 3, ["a", "b", "c"], {}).values
+    [1.0, nan, nan]
+    >>> evaluate_source(lambda p, c, **_: [1.0], {}, ["q"] * 2, ["a", "b"], {}).error
+    'returned 1 values for 2 completions'
+    """
+    n = len(completions)
+    start = time.perf_counter()
+    try:
+        # kwargs come last and win: a configured value may stand in for (or override) a column.
+        raw = fn(prompts, completions, **{**columns, **kwargs})
+    except Exception as err:  # a failing user function must not stop training: its batch scores NaN
+        return BatchScores([math.nan] * n, _describe(err), time.perf_counter() - start)
+    elapsed = time.perf_counter() - start
+    if raw is None:
+        return BatchScores([math.nan] * n, "returned None instead of a list", elapsed)
+    try:
+        length = len(raw)
+    except TypeError:
+        return BatchScores([math.nan] * n, f"returned {type(raw).__name__}, not a list", elapsed)
+    if length != n:
+        return BatchScores([math.nan] * n, f"returned {length} values for {n} completions", elapsed)
+    return BatchScores([_as_float(v) for v in raw], None, elapsed)
+
+
+def _init_worker(modules: list[str], barrier: Any) -> None:
+    """Runs once per worker: Ctrl-C is the parent's to handle, and the reward modules are
+    imported here so their import time does not count against the first call's timeout."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception:  # the call itself will report it, as that source's error
+            pass
+    barrier.wait()
+
+
+def _ready() -> bool:
+    return True
+
+
+class RewardExecutor:
+    """`run(sources, prompts, completions, columns) -> {name: BatchScores}` with timeouts.
+
+    `num_workers` worker processes for `parallel` sources (0: everything in this process);
+    `default_timeout_s` for sources without their own `timeout_s` (<= 0 or None: no limit).
+    """
+
+    def __init__(self, num_workers: int = 0, default_timeout_s: float | None = 60.0) -> None:
+        self.num_workers = max(0, int(num_workers))
+        self.default_timeout_s = default_timeout_s
+        self._context = multiprocessing.get_context("spawn")
+        self._pool: ProcessPoolExecutor | None = None
+        self._pool_modules: tuple[str, ...] = ()
+        self._stuck: dict[str, threading.Thread] = {}  # timed-out in-process calls still running
+        self.pools_started = 0  # how many pools were built: a rebuild after a timeout adds one
+
+    # ---- public ------------------------------------------------------------------------
+    def run(
+        self,
+        sources: list[RewardSource],
+        prompts: list[Any],
+        completions: list[Any],
+        columns: dict[str, list[Any]],
+    ) -> dict[str, BatchScores]:
+        pooled = [s for s in sources if s.parallel and self.num_workers > 0]
+        local = [s for s in sources if not (s.parallel and self.num_workers > 0)]
+        results: dict[str, BatchScores] = {}
+        pending: deque[RewardSource] = deque(pooled)
+        in_flight: dict[Future, tuple[RewardSource, float]] = {}
+        free = 0
+        if pooled:
+            error = self._ensure_pool(pooled)
+            if error is not None:
+                for s in pooled:
+                    results[s.name] = BatchScores([math.nan] * len(completions), error)
+                pending.clear()
+            free = self.num_workers
+        args = (prompts, completions, columns)
+        # Pool calls start first so they overlap the in-process ones.
+        free = self._submit(pending, in_flight, free, args)
+        for source in local:
+            results[source.name] = self._run_local(source, *args)
+        hung = 0
+        while in_flight:
+            next_deadline = min(deadline for _, deadline in in_flight.values())
+            timeout = None if math.isinf(next_deadline) else max(0.0, next_deadline - time.monotonic())
+            done, _ = wait(list(in_flight), timeout=timeout, return_when=FIRST_COMPLETED)
+            for future in done:
+                source, _ = in_flight.pop(future)
+                results[source.name] = self._collect(future, len(completions))
+                free += 1
+            now = time.monotonic()
+            for future, (source, deadline) in list(in_flight.items()):
+                if now >= deadline and not future.done():
+                    del in_flight[future]  # its worker stays busy (hung): that slot is not freed
+                    results[source.name] = BatchScores(
+                        [math.nan] * len(completions), f"timed out after {self._timeout(source)}s"
+                    )
+                    hung += 1
+            if pending and free == 0 and not in_flight:  # every worker hung: rebuild to go on
+                self._stop_pool(grace_s=0.0)
+                error = self._ensure_pool(list(pending))
+                if error is not None:
+                    for s in pending:
+                        results[s.name] = BatchScores([math.nan] * len(completions), error)
+                    pending.clear()
+                free, hung = self.num_workers, 0
+            free = self._submit(pending, in_flight, free, args)
+        if hung or (self._pool is not None and getattr(self._pool, "_broken", False)):
+            self._stop_pool(grace_s=0.0)  # a hung worker would never take another call
+        return {s.name: results[s.name] for s in sources}
+
+    def close(self) -> None:
+        self._stop_pool(grace_s=CLOSE_GRACE_S)
+
+    def __enter__(self) -> RewardExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- in this process ---------------------------------------------------------------
+    def _timeout(self, source: RewardSource) -> float | None:
+        timeout = source.timeout_s if source.timeout_s is not None else self.default_timeout_s
+        return timeout if timeout is not None and timeout > 0 else None
+
+    def _run_local(
+        self, source: RewardSource, prompts: list[Any], completions: list[Any], columns: dict[str, list[Any]]
+    ) -> BatchScores:
+        n = len(completions)
+        previous = self._stuck.get(source.name)
+        if previous is not None:
+            if previous.is_alive():
+                return BatchScores([math.nan] * n, "skipped: an earlier call that timed out is still running")
+            del self._stuck[source.name]
+        timeout = self._timeout(source)
+        if timeout is None:
+            return evaluate_source(source.fn, source.kwargs, prompts, completions, columns)
+        box: list[BatchScores] = []
+        thread = threading.Thread(
+            target=lambda: box.append(evaluate_source(source.fn, source.kwargs, prompts, completions, columns)),
+            name=f"reward-{source.name}",
+            daemon=True,  # a hung reward must not keep the interpreter from exiting
+        )
+        thread.start()
+        thread.join(timeout)
+        if thread.is_alive():
+            self._stuck[source.name] = thread
+            return BatchScores([math.nan] * n, f"timed out after {timeout}s", timeout)
+        if not box:  # SystemExit and friends end the thread without a result
+            return BatchScores([math.nan] * n, "exited without returning")
+        return box[0]
+
+    # ---- the worker pool ---------------------------------------------------------------
+    def _submit(
+        self,
+        pending: deque[RewardSource],
+        in_flight: dict[Future, tuple[RewardSource, float]],
+        free: int,
+        args: tuple[list[Any], list[Any], dict[str, list[Any]]],
+    ) -> int:
+        """At most one call per free worker, so a call's clock starts when a worker takes it."""
+        while pending and free > 0 and self._pool is not None:
+            source = pending.popleft()
+            timeout = self._timeout(source)
+            try:
+                future = self._pool.submit(evaluate_source, source.fn, source.kwargs, *args)
+            except BrokenProcessPool as err:  # a worker died on an earlier call
+                future = Future()
+                future.set_exception(err)
+            in_flight[future] = (source, math.inf if timeout is None else time.monotonic() + timeout)
+            free -= 1
+        return free
+
+    @staticmethod
+    def _collect(future: Future, n: int) -> BatchScores:
+        try:
+            return future.result()
+        except BrokenProcessPool:
+            return BatchScores([math.nan] * n, "worker process died (the pool is rebuilt for the next batch)")
+        except Exception as err:  # unpicklable arguments or results land here
+            return BatchScores([math.nan] * n, _describe(err))
+
+    def _ensure_pool(self, sources: list[RewardSource]) -> str | None:
+        """Start the pool if there is none and wait until every worker is up; an error text if not."""
+        modules = tuple(sorted({getattr(s.fn, "__module__", None) or "" for s in sources} - {""}))
+        if self._pool is not None and getattr(self._pool, "_broken", False):
+            self._stop_pool(grace_s=0.0)
+        if self._pool is not None and set(modules) <= set(self._pool_modules):
+            return None
+        if self._pool is not None:  # new modules to preload: cheaper to restart than to time out
+            self._stop_pool(grace_s=CLOSE_GRACE_S)
+        # The barrier holds every worker in its initializer until all of them (and this process)
+        # arrive, so each warm-up call below spawns its own worker and all are ready afterwards.
+        barrier = self._context.Barrier(self.num_workers + 1)
+        self._pool = ProcessPoolExecutor(
+            self.num_workers, mp_context=self._context, initializer=_init_worker, initargs=(list(modules), barrier)
+        )
+        self._pool_modules = modules
+        self.pools_started += 1
+        try:
+            warmups = [self._pool.submit(_ready) for _ in range(self.num_workers)]
+            barrier.wait(POOL_START_TIMEOUT_S)
+            for future in warmups:
+                future.result(timeout=POOL_START_TIMEOUT_S)
+        except Exception as err:  # BrokenBarrierError, BrokenProcessPool, TimeoutError
+            self._stop_pool(grace_s=0.0)
+            return f"worker pool failed to start: {_describe(err)}"
+        return None
+
+    def _stop_pool(self, grace_s: float) -> None:
+        """Shut the pool down; workers still busy after `grace_s` are terminated, then killed."""
+        pool, self._pool, self._pool_modules = self._pool, None, ()
+        if pool is None:
+            return
+        processes = list((getattr(pool, "_processes", None) or {}).values())  # no public handle before 3.14
+        pool.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + grace_s
+        for process in processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+        for process in processes:
+            if process.is_alive():
+                process.terminate()  # SIGTERM ends a pure-Python hang at once
+        for process in processes:
+            process.join(1.0)
+            if process.is_alive():
+                process.kill()
+                process.join(1.0)

@@ -1,0 +1,167 @@
+"""Reward sources: each configured reward resolved to a callable and checked before any model loads.
+
+A source is a plain function `f(prompts, completions, **columns) -> list[float | None]` named by a
+builtin name or an import path, or a local reward model behind the same signature (`model_path`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pickle
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from grpo_cli.errors import GrpoError
+from grpo_cli.rewards.builtin import BUILTIN_REWARDS
+
+NORMALIZATIONS = ("none", "zscore", "sigmoid", "group_zscore")
+REWARD_MODEL_BATCH_SIZE = 16  # when a spec gives none; matches RewardFunctionConfig.batch_size
+
+
+@dataclass
+class RewardSource:
+    """One reward in the fusion: its callable and how the fusion and the executor treat it."""
+
+    name: str
+    fn: Callable[..., Sequence[float | None]]
+    weight: float = 1.0
+    normalize: str = "none"  # none | zscore | sigmoid | group_zscore (DESIGN.md §3)
+    fallback: str | None = None  # takes this source's weight once it is masked
+    kwargs: dict[str, Any] = field(default_factory=dict)  # extra keyword arguments, after the data columns
+    timeout_s: float | None = None  # None: the executor's default; <= 0: no limit
+    parallel: bool = False  # may run in a worker process: picklable by reference, no state kept across calls
+
+
+def _import_target(target: str) -> Callable[..., Any]:
+    if target in BUILTIN_REWARDS:
+        return BUILTIN_REWARDS[target]
+    if ":" not in target:
+        raise GrpoError(
+            f"reward target '{target}' is neither a builtin ({', '.join(BUILTIN_REWARDS)}) "
+            "nor an import path 'package.module:function'"
+        )
+    module_name, attr = target.split(":", 1)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise GrpoError(f"reward target '{target}': cannot import {module_name}: {err}") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise GrpoError(f"reward target '{target}': {module_name} has no function {attr}")
+    return fn
+
+
+def _check_signature(name: str, fn: Callable[..., Any]) -> None:
+    """Called at start-up so a wrong signature fails before any model loads."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return  # builtins without an introspectable signature: trust them
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) < 2 and not any(p.kind is p.VAR_POSITIONAL for p in params):
+        raise GrpoError(f"reward '{name}': must accept (prompts, completions, **columns)")
+
+
+def _check_picklable(name: str, fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
+    """Worker processes are spawned, so the function travels by reference: a lambda or a closure
+    would fail on the first batch; say so now."""
+    try:
+        pickle.dumps((fn, kwargs))
+    except Exception as err:  # pickle raises several types (PicklingError, AttributeError, TypeError)
+        raise GrpoError(
+            f"reward '{name}': parallel=true needs a module-level function and picklable kwargs "
+            f"(it runs in a worker process): {err}"
+        ) from None
+
+
+def required_columns(fn: Callable[..., Any]) -> list[str]:
+    """Keyword parameters without a default after (prompts, completions): data columns it needs.
+
+    >>> def f(prompts, completions, answer, hint=None, **_): ...
+    >>> required_columns(f)
+    ['answer']
+    """
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return []
+    named = [p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)][2:]
+    return [p.name for p in named if p.default is p.empty]
+
+
+def check_columns(sources: list[RewardSource], columns: list[str]) -> None:
+    """A reward that needs a column the data lacks would score NaN forever: refuse it now."""
+    for source in sources:
+        missing = [c for c in required_columns(source.fn) if c not in columns and c not in source.kwargs]
+        if missing:
+            raise GrpoError(f"reward '{source.name}' needs data column(s) {missing}; the data has {sorted(columns)}")
+
+
+def _validate(specs: list[Any]) -> None:
+    """Cheap checks first, so a typo fails before an import or a reward model load."""
+    names = [spec.name for spec in specs]
+    seen: set[str] = set()
+    for spec in specs:
+        if spec.name in seen:
+            raise GrpoError(f"reward.functions: duplicate name '{spec.name}'")
+        seen.add(spec.name)
+    for spec in specs:
+        normalize = getattr(spec, "normalize", None)
+        if normalize is not None and normalize not in NORMALIZATIONS:
+            raise GrpoError(f"reward '{spec.name}': normalize '{normalize}' is not one of {', '.join(NORMALIZATIONS)}")
+        fallback = getattr(spec, "fallback", None)
+        if fallback == spec.name:
+            raise GrpoError(f"reward '{spec.name}': fallback cannot be the function itself")
+        if fallback is not None and fallback not in names:
+            raise GrpoError(
+                f"reward '{spec.name}': fallback '{fallback}' is not a configured reward function ({', '.join(names)})"
+            )
+        if not getattr(spec, "model_path", None) and not getattr(spec, "target", None):
+            raise GrpoError(f"reward '{spec.name}': set target (a function) or model_path (a reward model)")
+
+
+def resolve_reward_sources(specs: list[Any], device: str = "auto") -> list[RewardSource]:
+    """Resolve config specs (name, target, weight, kwargs; optionally normalize, fallback,
+    timeout_s, parallel, model_path, device, batch_size) into sources.
+
+    `device` is where reward models go when a spec names none (the trainer passes the policy's).
+    `normalize` unset (None) means `zscore` for reward models (unbounded logits) and `none` otherwise.
+    """
+    _validate(specs)
+    sources = []
+    for spec in specs:
+        model_path = getattr(spec, "model_path", None)
+        kwargs = dict(getattr(spec, "kwargs", None) or {})
+        parallel = bool(getattr(spec, "parallel", False))
+        if model_path:
+            from grpo_cli.rewards.reward_model import RewardModelScorer  # torch only when a model is configured
+
+            fn: Callable[..., Any] = RewardModelScorer(
+                model_path,
+                getattr(spec, "device", None) or device,
+                getattr(spec, "batch_size", None) or REWARD_MODEL_BATCH_SIZE,
+            )
+            default_normalize = "zscore"
+            parallel = False  # a model stays in the process that loaded it (and owns the GPU)
+        else:
+            fn = _import_target(spec.target)
+            _check_signature(spec.name, fn)
+            default_normalize = "none"
+            if parallel:
+                _check_picklable(spec.name, fn, kwargs)
+        timeout_s = getattr(spec, "timeout_s", None)
+        sources.append(
+            RewardSource(
+                name=spec.name,
+                fn=fn,
+                weight=float(spec.weight),
+                normalize=getattr(spec, "normalize", None) or default_normalize,
+                fallback=getattr(spec, "fallback", None),
+                kwargs=kwargs,
+                timeout_s=None if timeout_s is None else float(timeout_s),
+                parallel=parallel,
+            )
+        )
+    return sources
