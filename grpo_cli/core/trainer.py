@@ -140,16 +140,20 @@ class GRPOTrainer:
         return ids.to(self.device), mask.to(self.device)
 
     def _score(
-        self, examples: list[dict[str, Any]], rollout: Rollout, g: int
+        self, examples: list[dict[str, Any]], rollout: Rollout, g: int, update_state: bool = True
     ) -> tuple[torch.Tensor, dict[str, list[float]]]:
+        """update_state=False for eval: held-out batches must not move EMA stats or failure counts."""
         prompts = [ex["prompt"] for ex in examples for _ in range(g)]
         column_names = [k for k in examples[0] if k != "prompt"]
         columns = {k: [ex.get(k) for ex in examples for _ in range(g)] for k in column_names}
+        columns["completion_lengths"] = rollout.lengths.tolist()  # token counts, EOS included (overlong)
         weights = {s.name: s.weight for s in self.reward_sources}  # curriculum=constant
         result = score_and_fuse(
-            self.reward_executor, self.reward_fusion, prompts, rollout.texts, columns, g, weights
+            self.reward_executor, self.reward_fusion, prompts, rollout.texts, columns, g, weights,
+            update_state=update_state,
         )
-        self.last_fusion = result  # alerts, masks, NaN indices, weight effect: for the metrics
+        if update_state:
+            self.last_fusion = result  # alerts, masks, NaN indices, weight effect: for the metrics
         return torch.tensor(result.fused, dtype=torch.float32), result.per_function
 
     @torch.no_grad()
@@ -286,6 +290,8 @@ class GRPOTrainer:
                 f"reward/{name}/nan_frac": sum(math.isnan(v) for v in vals) / len(vals)
                 for name, vals in per_function.items()
             },
+            **{f"weight_effect/{name}": share for name, share in self.last_fusion.weight_effect.items()},
+            "reward/masked_functions": len(self.last_fusion.masked),
             **update,
             "completion_len/mean": lengths.mean().item(),
             "completion_len/max": lengths.max().item(),
@@ -298,10 +304,12 @@ class GRPOTrainer:
             "time/train_s": t_train - t_score,
             "time/step_s": t_train - t0,
         }
+        metrics["_alerts"] = list(self.last_fusion.alerts)  # masking events: shown, not just logged
         metrics["_samples"] = [
             {
                 "prompt": examples[i // g]["prompt"],
                 "completion": rollout.texts[i],
+                "rewards": {name: vals[i] for name, vals in per_function.items()},
                 "reward": reward_list[i],
                 "advantage": advantages[i].item(),
             }
@@ -319,7 +327,7 @@ class GRPOTrainer:
         examples = self.eval_examples[:limit]
         prompt_ids, prompt_mask = self._encode_prompts([ex["prompt"] for ex in examples])
         rollout = self.generator.generate(prompt_ids, prompt_mask, 1, greedy=True)
-        rewards, per_function = self._score(examples, rollout, 1)
+        rewards, per_function = self._score(examples, rollout, 1, update_state=False)
         out = {"eval/reward/mean": _nanmean(rewards.tolist())}
         out.update({f"eval/reward/{name}/mean": _nanmean(v) for name, v in per_function.items()})
         return out

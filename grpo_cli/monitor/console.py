@@ -44,6 +44,8 @@ class TrainingConsole:
         self.progress.stop()
 
     def __call__(self, metrics: dict[str, Any]) -> None:
+        for alert in metrics.get("_alerts", []):  # printed above the bar, even with progress disabled
+            self.console.print(f"[bold yellow]alert (step {metrics['step']}):[/] {alert}", highlight=False)
         kl = metrics.get("kl")
         self.progress.update(
             self.task,

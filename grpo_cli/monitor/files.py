@@ -13,6 +13,8 @@ def _finite_or_none(value: Any) -> Any:
     """JSON has no NaN: a missing figure is null, never a string a parser chokes on."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
+    if isinstance(value, dict):
+        return {k: _finite_or_none(v) for k, v in value.items()}
     return value
 
 

@@ -22,7 +22,7 @@ import torch
 from grpo_cli.core.advantages import group_advantages
 from grpo_cli.errors import GrpoError
 from grpo_cli.rewards.executor import RewardExecutor
-from grpo_cli.rewards.fusion import FusionResult, RewardFusion
+from grpo_cli.rewards.fusion import RewardFusion
 from grpo_cli.rewards.sources import RewardSource
 
 
@@ -114,19 +114,6 @@ def _batches(path: Path, batch_size: int) -> Iterator[list[tuple[int, dict[str, 
         yield batch
 
 
-def _contributions(result: FusionResult, i: int) -> dict[str, float]:
-    """Function i's share of sample i's fused reward: w r_hat / sum of valid weights."""
-    valid = {
-        name: w
-        for name, w in result.effective_weights.items()
-        if w > 0 and not math.isnan(result.normalized[name][i])
-    }
-    total = sum(valid.values())
-    if not total:
-        return {}
-    return {name: w * result.normalized[name][i] / total for name, w in valid.items()}
-
-
 def score_rollouts_file(
     input_path: Path,
     output_path: Path,
@@ -184,7 +171,7 @@ def score_rollouts_file(
                 fused_value = result.fused[i]
                 fused_stats.add(fused_value)
                 if not math.isnan(fused_value):
-                    effect.add(_contributions(result, i), fused_value)
+                    effect.add({name: xs[i] for name, xs in result.contributions.items()}, fused_value)
                 completion["rewards"] = {k: (None if math.isnan(v) else v) for k, v in values.items()}
                 completion["reward"] = None if math.isnan(fused_value) else fused_value
                 completion["advantage"] = advantages[i].item()

@@ -12,38 +12,55 @@ from tests.conftest import read_metrics, run_grpo
 def test_user_reward_with_failures_trains_and_reports_nan_rates(tmp_path):
     """One function returns None for half the samples and another raises on one batch in three:
     training completes and metrics show each function's NaN rate."""
-    (tmp_path / "my_rewards.py").write_text(textwrap.dedent('''
+    (tmp_path / "my_rewards.py").write_text(
+        textwrap.dedent("""
         calls = {"n": 0}
 
         def sometimes_none(prompts, completions, answer, **_):
             return [None if i % 2 else float(c.strip() == a) for i, (c, a) in enumerate(zip(completions, answer))]
+
+        def offline(prompts, completions, **_):
+            raise ConnectionError("grader offline")
 
         def flaky(prompts, completions, **_):
             calls["n"] += 1
             if calls["n"] % 3 == 0:
                 raise ValueError("flaky")
             return [len(c) / 10 for c in completions]
-    '''))
+    """)
+    )
     run_dir = tmp_path / "run"
-    functions = "[{name: half, target: 'my_rewards:sometimes_none'}, {name: flaky, target: 'my_rewards:flaky'}]"
+    functions = (
+        "[{name: half, target: 'my_rewards:sometimes_none'}, {name: flaky, target: 'my_rewards:flaky'},"
+        " {name: offline, target: 'my_rewards:offline', fallback: half}]"
+    )
     result = run_grpo(
-        "train", f"reward.functions={functions}", "train.steps=3", "train.prompts_per_step=2",
-        "rollout.num_generations=4", f"hydra.run.dir={run_dir}",
-        cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)},
+        "train",
+        f"reward.functions={functions}",
+        "train.steps=4",
+        "train.prompts_per_step=2",
+        "reward.max_consecutive_failures=3",
+        "rollout.num_generations=4",
+        f"hydra.run.dir={run_dir}",
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(tmp_path)},
     )
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = read_metrics(run_dir)
-    assert [m["reward/half/nan_frac"] for m in metrics] == [0.5, 0.5, 0.5]
-    assert [m["reward/flaky/nan_frac"] for m in metrics] == [0.0, 0.0, 1.0]
+    assert [m["reward/half/nan_frac"] for m in metrics] == [0.5] * 4
+    # raising one batch in three never reaches 3 failures in a row: never masked
+    assert [m["reward/flaky/nan_frac"] for m in metrics] == [0.0, 0.0, 1.0, 0.0]
+    # raising every batch is masked at the third, with an alert on the console
+    assert [m["reward/masked_functions"] for m in metrics] == [0, 0, 1, 1]
+    assert "alert (step 3)" in result.stderr and "offline" in result.stderr
+    assert abs(sum(v for k, v in metrics[-1].items() if k.startswith("weight_effect/")) - 1) < 1e-6
     assert all(m["reward/mean"] is not None and not math.isnan(m["reward/mean"]) for m in metrics)
-    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 3
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 4
 
 
 def test_wrong_import_path_fails_before_model_loads(tmp_path):
     run_dir = tmp_path / "run"
-    result = run_grpo(
-        "train", "reward.functions=[{name: x, target: 'nowhere.mod:fn'}]", f"hydra.run.dir={run_dir}"
-    )
+    result = run_grpo("train", "reward.functions=[{name: x, target: 'nowhere.mod:fn'}]", f"hydra.run.dir={run_dir}")
     assert result.returncode != 0
     assert "nowhere.mod:fn" in result.stderr and "Traceback" not in result.stderr
     assert not (run_dir / "tiny_model").exists()
