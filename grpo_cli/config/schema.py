@@ -33,7 +33,7 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    kind: str = "arithmetic"  # arithmetic | jsonl
+    kind: str = "arithmetic"  # arithmetic | jsonl | math
     path: str | None = None
     prompt_field: str = "prompt"
     num_examples: int = 2000

@@ -26,6 +26,7 @@ CHOICES = {
     "optim.scheduler": ("constant", "cosine", "linear"),
     "rollout.backend": ("hf",),
     "curriculum.name": ("constant",),
+    "reward.aggregation": ("weighted_mean", "normalize_then_sum"),
 }
 
 
@@ -124,6 +125,10 @@ def validate(cfg: TrainConfig) -> list[str]:
             cfg.algo.mini_batches,
             "cannot exceed train.prompts_per_step (mini-batches hold whole groups)",
         )
+    if cfg.reward.max_consecutive_failures < 1:
+        _fail("reward.max_consecutive_failures", cfg.reward.max_consecutive_failures, "must be at least 1")
+    if cfg.reward.num_workers < 0:
+        _fail("reward.num_workers", cfg.reward.num_workers, "must be >= 0 (0 scores in the trainer's process)")
     if not cfg.reward.functions:
         raise GrpoError("reward.functions is empty: choose a reward, e.g. reward=arithmetic")
     for i, fn in enumerate(cfg.reward.functions):

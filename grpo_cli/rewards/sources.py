@@ -96,7 +96,10 @@ def check_columns(sources: list[RewardSource], columns: list[str]) -> None:
     for source in sources:
         missing = [c for c in required_columns(source.fn) if c not in columns and c not in source.kwargs]
         if missing:
-            raise GrpoError(f"reward '{source.name}' needs data column(s) {missing}; the data has {sorted(columns)}")
+            raise GrpoError(
+                f"reward '{source.name}' needs {missing}: give them as data columns (the data has "
+                f"{sorted(columns)}) or in its `kwargs`"
+            )
 
 
 def _validate(specs: list[Any]) -> None:

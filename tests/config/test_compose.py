@@ -15,7 +15,9 @@ from hydra import compose, initialize_config_dir, initialize_config_module
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_cli.config import TrainConfig, apply_smoke, validate
+from grpo_cli.config.schema import ScoreConfig
 from grpo_cli.config.store import register_schemas
+from grpo_cli.rewards import resolve_reward_sources
 from tests.conftest import REPO, read_metrics, run_grpo
 
 CONF = REPO / "conf"
@@ -125,10 +127,15 @@ def _leaves(node: Any, prefix: str = "") -> dict[str, Any]:
 def test_conf_primary_config_composes_and_validates(
     name: str, tiny_model_dir: Path, prompts_jsonl: Path
 ) -> None:
-    if name != TRAIN_SUBCOMMAND:
-        pytest.skip(f"conf/{name}.yaml is the primary config of another subcommand, not TrainConfig")
     with initialize_config_module("grpo_cli.conf", version_base=None):
         cfg = compose(config_name=name)
+    if name == "score":
+        score = OmegaConf.to_object(cfg)
+        assert isinstance(score, ScoreConfig)
+        assert score.reward.functions, "grpo score needs a default reward"
+        assert resolve_reward_sources(score.reward.functions)
+        return
+    assert name == TRAIN_SUBCOMMAND, f"conf/{name}.yaml: a primary config this test does not know"
     _fill_paths(cfg, tiny_model_dir, prompts_jsonl)
     _to_schema_and_validate(cfg)
 

@@ -83,7 +83,7 @@ def test_parallel_needs_a_picklable_function(monkeypatch):
 def test_missing_data_column_fails_before_training():
     fns = resolve_reward_sources([spec("em", "exact_match")])
     check_columns(fns, ["answer"])
-    with pytest.raises(GrpoError, match=r"needs data column\(s\) \['answer'\]"):
+    with pytest.raises(GrpoError, match=r"needs \['answer'\]: give them as data columns"):
         check_columns(fns, ["solution"])
     check_columns(resolve_reward_sources([spec("em", "exact_match", kwargs={"answer": ["1"]})]), [])
 
