@@ -87,9 +87,18 @@ def load_tokenizer(path: str | Path, trust_remote_code: bool = False) -> PreTrai
 
 
 def load_policy(
-    cfg: ModelConfig, workdir: Path, seed: int, device: torch.device, precision_dtype: str
+    cfg: ModelConfig,
+    workdir: Path,
+    seed: int,
+    device: torch.device,
+    precision_dtype: str,
+    weights_dir: Path | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, Path]:
-    """Returns (model in train mode, tokenizer, the directory both were loaded from)."""
+    """Returns (model in train mode, tokenizer, the starting model's directory).
+
+    `weights_dir` (a checkpoint being resumed) supplies the weights; the returned directory is
+    still the starting model's, which the KL reference must come from.
+    """
     if cfg.kind == "tiny":
         path = Path(cfg.path) if cfg.path else workdir / "tiny_model"
         if not (path / "config.json").exists():
@@ -99,13 +108,14 @@ def load_policy(
         if not (path / "config.json").exists():
             raise GrpoError(f"model.path={path}: no config.json, not a Hugging Face model directory")
     dtype_name = precision_dtype if cfg.dtype == "auto" else cfg.dtype
+    source = weights_dir or path
     try:
-        tokenizer = load_tokenizer(path, cfg.trust_remote_code)
+        tokenizer = load_tokenizer(source, cfg.trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=DTYPES[dtype_name], trust_remote_code=cfg.trust_remote_code
+            source, dtype=DTYPES[dtype_name], trust_remote_code=cfg.trust_remote_code
         )
     except (OSError, ValueError) as err:
-        raise GrpoError(f"model.path={path}: cannot load: {err}") from err
+        raise GrpoError(f"model.path={source}: cannot load: {err}") from err
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     if cfg.gradient_checkpointing:
@@ -116,9 +126,16 @@ def load_policy(
     return model, tokenizer, path
 
 
-def frozen_reference(policy: PreTrainedModel) -> PreTrainedModel:
-    """A copy of the starting policy for the KL term; never trained, never in grad mode."""
-    reference = copy.deepcopy(policy)
+def frozen_reference(policy: PreTrainedModel, starting_dir: Path | None = None) -> PreTrainedModel:
+    """The starting policy for the KL term; never trained, never in grad mode.
+
+    A fresh run copies the policy; a resumed one reloads the starting model from `starting_dir`,
+    since the policy has moved.
+    """
+    if starting_dir is None:
+        reference = copy.deepcopy(policy)
+    else:
+        reference = AutoModelForCausalLM.from_pretrained(starting_dir, dtype=policy.dtype).to(policy.device)
     reference.eval()
     reference.requires_grad_(False)
     return reference

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from pathlib import Path
 
@@ -15,10 +16,12 @@ from rich.console import Console
 from grpo_cli.commands.errors import report_user_errors
 from grpo_cli.config import TrainConfig, apply_smoke, validate
 from grpo_cli.config.store import register_schemas
+from grpo_cli.core.checkpoint import latest_checkpoint
 from grpo_cli.core.trainer import GRPOTrainer
 from grpo_cli.monitor import CompletionLog, MetricsFile, TrainingConsole, summary_table, write_summary
 
 log = logging.getLogger("grpo")
+EXIT_INTERRUPTED = 130  # the shell's code for SIGINT
 register_schemas()
 transformers.utils.logging.disable_progress_bar()  # the rich bar is the one progress display
 
@@ -38,12 +41,14 @@ def run_train(cfg: TrainConfig, run_dir: Path) -> float:
     OmegaConf.save(OmegaConf.structured(cfg), run_dir / "config.yaml")
 
     console = Console(stderr=True)
-    metrics_file = MetricsFile(run_dir / "metrics.jsonl")
     trainer = GRPOTrainer(cfg, run_dir)
     start = time.perf_counter()
+    trainer.setup()  # before opening metrics.jsonl: a resume trims the steps it will redo
+    if trainer.resumed_from:
+        log.info("resuming from %s (step %d)", trainer.resumed_from, trainer.step_index)
+    log.info("run directory: %s", run_dir)
+    metrics_file = MetricsFile(run_dir / "metrics.jsonl")
     try:
-        trainer.setup()
-        log.info("run directory: %s", run_dir)
         with TrainingConsole(cfg.train.steps, console, enabled=cfg.monitor.progress) as progress:
             trainer.callbacks = [
                 metrics_file,
@@ -52,6 +57,17 @@ def run_train(cfg: TrainConfig, run_dir: Path) -> float:
             ]
             history = trainer.train()
         checkpoint = trainer.save()
+    except KeyboardInterrupt:
+        latest = latest_checkpoint(run_dir)
+        where = f"checkpoint {latest}" if latest else "no checkpoint yet: a resume starts over"
+        console.print(
+            f"[bold yellow]interrupted[/] after step {trainer.step_index}; {where}.\n"
+            f"Resume with the same command and hydra.run.dir={run_dir} (train.resume=auto).",
+            highlight=False,
+            soft_wrap=True,
+        )
+        trainer.cleanup()
+        sys.exit(EXIT_INTERRUPTED)
     finally:
         metrics_file.close()
     summary = {

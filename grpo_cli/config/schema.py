@@ -130,6 +130,7 @@ class TrainLoopConfig:
     grad_accum_steps: int = 1
     save_every: int = 0
     eval_every: int = 0
+    resume: str = "auto"  # auto | never | PATH to a checkpoint
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     threads: int = 0
 

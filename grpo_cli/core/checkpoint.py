@@ -1,10 +1,13 @@
-"""Atomic checkpoints: a crash mid-write never leaves a directory that looks complete."""
+"""Atomic checkpoints, and finding the one to resume from.
+
+A checkpoint is written to a temporary sibling and renamed into place; `trainer_state.json` is
+written last, so a directory without it is never taken for a complete checkpoint.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import tempfile
 from pathlib import Path
@@ -13,7 +16,10 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-COMPLETE_MARKER = "trainer_state.json"  # written last; a checkpoint without it is ignored
+from grpo_cli.errors import GrpoError
+
+COMPLETE_MARKER = "trainer_state.json"
+TRAINING_STATE = "training_state.pt"  # optimizer, scheduler, RNG: what from_pretrained does not hold
 
 
 def save_checkpoint(
@@ -21,8 +27,7 @@ def save_checkpoint(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     trainer_state: dict[str, Any],
-    optimizer: torch.optim.Optimizer | None = None,
-    scheduler: Any = None,
+    training_state: dict[str, Any] | None = None,
 ) -> Path:
     """Write to a sibling temp dir, then rename it into place (atomic on one filesystem)."""
     directory = Path(directory)
@@ -31,16 +36,8 @@ def save_checkpoint(
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        if optimizer is not None:
-            torch.save(
-                {
-                    "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict() if scheduler is not None else None,
-                    "torch_rng": torch.get_rng_state(),
-                    "python_rng": random.getstate(),
-                },
-                tmp / "training_state.pt",
-            )
+        if training_state is not None:
+            torch.save(training_state, tmp / TRAINING_STATE)
         (tmp / COMPLETE_MARKER).write_text(json.dumps(trainer_state, indent=2))
         if directory.exists():
             shutil.rmtree(directory)
@@ -49,3 +46,35 @@ def save_checkpoint(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return directory
+
+
+def is_complete(directory: Path) -> bool:
+    return (directory / COMPLETE_MARKER).is_file() and (directory / TRAINING_STATE).is_file()
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The newest complete `checkpoints/step_N` of a run; half-written temp dirs are skipped."""
+    candidates = [p for p in (Path(run_dir) / "checkpoints").glob("step_*") if p.is_dir() and is_complete(p)]
+    return max(candidates, key=lambda p: int(p.name.split("_")[1]), default=None)
+
+
+def resume_point(setting: str, run_dir: Path) -> Path | None:
+    """train.resume: `auto` (the run directory's newest checkpoint, if any), `never`, or a path."""
+    if setting == "never":
+        return None
+    if setting == "auto":
+        return latest_checkpoint(run_dir)
+    path = Path(setting)
+    if not is_complete(path):
+        raise GrpoError(
+            f"train.resume={setting}: not a complete checkpoint (needs {COMPLETE_MARKER} and {TRAINING_STATE})"
+        )
+    return path
+
+
+def load_checkpoint_state(directory: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(trainer_state, training_state) of a checkpoint we wrote ourselves."""
+    trainer_state = json.loads((directory / COMPLETE_MARKER).read_text())
+    # weights_only=False: the file holds Python RNG state, written by this code, not downloaded
+    training_state = torch.load(directory / TRAINING_STATE, weights_only=False)
+    return trainer_state, training_state

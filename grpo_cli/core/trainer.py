@@ -6,7 +6,10 @@ Readable top to bottom, nanoGPT-style; each stage is a call into its own module.
 from __future__ import annotations
 
 import contextlib
+import copy
+import json
 import math
+import os
 import random
 import time
 from collections.abc import Callable
@@ -18,7 +21,7 @@ import torch
 
 from grpo_cli.config.schema import TrainConfig
 from grpo_cli.core.advantages import group_advantages
-from grpo_cli.core.checkpoint import save_checkpoint
+from grpo_cli.core.checkpoint import load_checkpoint_state, resume_point, save_checkpoint
 from grpo_cli.core.logprobs import completion_logprobs
 from grpo_cli.core.loss import (
     LossNormalizer,
@@ -77,6 +80,9 @@ class GRPOTrainer:
         self.callbacks = callbacks or []
         self.step_index = 0
         self.history: list[dict[str, Any]] = []
+        self.resumed_from: Path | None = None
+        self._step_start: dict[str, Any] | None = None  # state before the step in flight
+        self._weights_moved = False  # an optimizer step of the step in flight has happened
 
     # ---- setup -------------------------------------------------------------------------
     def setup(self) -> None:
@@ -102,20 +108,25 @@ class GRPOTrainer:
         )
         self.sampler = PromptSampler(self.train_examples, cfg.train.seed)
         self.device = pick_device(cfg.train.device)
+        self.resumed_from = resume_point(cfg.train.resume, self.run_dir)
         self.model, self.tokenizer, self.model_dir = load_policy(
             cfg.model,
             self.run_dir,
             cfg.train.seed,
             self.device,
             "fp32" if cfg.precision.autocast else cfg.precision.dtype,
+            weights_dir=self.resumed_from,
         )
         # No reference model is built or run when beta = 0.
-        self.reference = frozen_reference(self.model) if cfg.algo.beta > 0 else None
+        starting_dir = self.model_dir if self.resumed_from else None
+        self.reference = frozen_reference(self.model, starting_dir) if cfg.algo.beta > 0 else None
         self.generator = HFGenerator(self.model, self.tokenizer, cfg.rollout)
         updates_per_step = cfg.algo.num_iterations * cfg.algo.mini_batches
-        self.optimizer, self.scheduler = build_optimizer(
-            self.model, cfg.optim, cfg.train.steps * updates_per_step
-        )
+        self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, cfg.train.steps * updates_per_step)
+        if self.resumed_from is not None:
+            self._restore(self.resumed_from)
+        else:  # a fresh start in a used run directory must not append to an older run's lines
+            truncate_metrics(self.run_dir / "metrics.jsonl", 0)
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         if not self.cfg.precision.autocast or self.cfg.precision.dtype == "fp32":
@@ -130,9 +141,7 @@ class GRPOTrainer:
             self.tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) if conv else p
             for p, conv in zip(prompts, conversational)
         ]
-        enc = self.tokenizer(
-            texts, padding=True, return_tensors="pt", add_special_tokens=not any(conversational)
-        )
+        enc = self.tokenizer(texts, padding=True, return_tensors="pt", add_special_tokens=not any(conversational))
         ids, mask = enc["input_ids"], enc["attention_mask"]
         limit = self.cfg.data.max_prompt_tokens
         if ids.size(1) > limit:  # keep the end of the prompt: that is where the question is
@@ -149,7 +158,13 @@ class GRPOTrainer:
         columns["completion_lengths"] = rollout.lengths.tolist()  # token counts, EOS included (overlong)
         weights = {s.name: s.weight for s in self.reward_sources}  # curriculum=constant
         result = score_and_fuse(
-            self.reward_executor, self.reward_fusion, prompts, rollout.texts, columns, g, weights,
+            self.reward_executor,
+            self.reward_fusion,
+            prompts,
+            rollout.texts,
+            columns,
+            g,
+            weights,
             update_state=update_state,
         )
         if update_state:
@@ -183,9 +198,7 @@ class GRPOTrainer:
         # single update old = stop_gradient(lp), which costs no extra forward pass.
         reuse = cfg.algo.num_iterations > 1 or cfg.algo.mini_batches > 1
         old_logps = self._logprobs_no_grad(self.model, r, all_rows) if reuse else None
-        ref_logps = (
-            self._logprobs_no_grad(self.reference, r, all_rows) if self.reference is not None else None
-        )
+        ref_logps = self._logprobs_no_grad(self.reference, r, all_rows) if self.reference is not None else None
         totals = {"loss": 0.0, "kl": 0.0, "clip_low": 0.0, "clip_high": 0.0, "tokens": 0.0, "grad_norm": 0.0}
         updates = skipped = 0
         num_groups = n // g
@@ -235,6 +248,7 @@ class GRPOTrainer:
                     cfg.optim.max_grad_norm if cfg.optim.max_grad_norm > 0 else float("inf"),
                 )
                 if torch.isfinite(grad_norm) and math.isfinite(step_loss):
+                    self._weights_moved = True
                     self.optimizer.step()
                 else:  # a non-finite step would poison the weights: skip it and count it
                     skipped += 1
@@ -269,9 +283,7 @@ class GRPOTrainer:
         t_score = time.perf_counter()
 
         # Unscorable completions (fused reward NaN) leave the loss and its denominators.
-        loss_mask = rollout.completion_mask.float() * (~torch.isnan(rewards)).float().to(
-            self.device
-        ).unsqueeze(1)
+        loss_mask = rollout.completion_mask.float() * (~torch.isnan(rewards)).float().to(self.device).unsqueeze(1)
         if cfg.algo.mask_truncated:  # DAPO overlong filtering: truncated answers teach nothing
             loss_mask = loss_mask * (~rollout.truncated).float().unsqueeze(1)
         lr = self.scheduler.get_last_lr()[0]
@@ -315,10 +327,6 @@ class GRPOTrainer:
             }
             for i in range(min(len(reward_list), 2 * g))
         ]
-        if cfg.train.eval_every and self.step_index % cfg.train.eval_every == 0 and self.eval_examples:
-            metrics.update(self.evaluate())
-        if cfg.train.save_every and self.step_index % cfg.train.save_every == 0:
-            self.save()
         return metrics
 
     @torch.no_grad()
@@ -333,21 +341,68 @@ class GRPOTrainer:
         return out
 
     def train(self) -> list[dict[str, Any]]:
-        while self.step_index < self.cfg.train.steps:
-            metrics = self.step()
-            self.history.append({k: v for k, v in metrics.items() if not k.startswith("_")})
-            for callback in self.callbacks:
-                callback(metrics)
+        """Ctrl-C saves a resumable checkpoint of the last finished step, then re-raises."""
+        cfg = self.cfg
+        try:
+            while self.step_index < cfg.train.steps:
+                self._step_start, self._weights_moved = self._capture_state(), False
+                metrics = self.step()
+                self._step_start = None  # the step finished: the live state is consistent again
+                if cfg.train.eval_every and self.step_index % cfg.train.eval_every == 0 and self.eval_examples:
+                    metrics.update(self.evaluate())
+                self.history.append({k: v for k, v in metrics.items() if not k.startswith("_")})
+                for callback in self.callbacks:
+                    callback(metrics)
+                if cfg.train.save_every and self.step_index % cfg.train.save_every == 0:
+                    self.save()
+        except KeyboardInterrupt:
+            if self._step_start is None or not self._weights_moved:
+                if self._step_start is not None:  # roll back to the start of the unfinished step
+                    self._apply_state(self._step_start)
+                self.optimizer.zero_grad(set_to_none=True)
+                self.save()
+            raise
         return self.history
 
-    def save(self) -> Path:
-        state = {
-            "step": self.step_index,
+    # ---- checkpoints -------------------------------------------------------------------
+    def _capture_state(self) -> dict[str, Any]:
+        """What a resume needs beyond weights and optimizer: RNG, data position, reward stats."""
+        return {
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            "python_rng": random.getstate(),
             "sampler": self.sampler.state_dict(),
+            "fusion": copy.deepcopy(self.reward_fusion.state_dict()),
+        }
+
+    def _apply_state(self, state: dict[str, Any]) -> None:
+        torch.set_rng_state(state["torch_rng"])
+        if state.get("cuda_rng") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        random.setstate(state["python_rng"])
+        self.sampler.load_state_dict(state["sampler"])
+        self.reward_fusion.load_state_dict(state["fusion"])
+
+    def save(self) -> Path:
+        state = self._capture_state()
+        trainer_state = {
+            "step": self.step_index,
+            "sampler": state.pop("sampler"),
+            "fusion": state.pop("fusion"),
             "config": asdict(self.cfg),
         }
+        training_state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(), **state}
         directory = self.run_dir / "checkpoints" / f"step_{self.step_index:06d}"
-        return save_checkpoint(directory, self.model, self.tokenizer, state, self.optimizer, self.scheduler)
+        return save_checkpoint(directory, self.model, self.tokenizer, trainer_state, training_state)
+
+    def _restore(self, directory: Path) -> None:
+        """Continue exactly where the checkpoint left off: same data order, same RNG."""
+        trainer_state, training_state = load_checkpoint_state(directory)
+        self.optimizer.load_state_dict(training_state["optimizer"])
+        self.scheduler.load_state_dict(training_state["scheduler"])
+        self._apply_state({**training_state, "sampler": trainer_state["sampler"], "fusion": trainer_state["fusion"]})
+        self.step_index = trainer_state["step"]
+        self.history = truncate_metrics(self.run_dir / "metrics.jsonl", self.step_index)
 
     def cleanup(self) -> None:
         """Free the models so the next job of a multirun starts from an empty process."""
@@ -359,3 +414,15 @@ class GRPOTrainer:
                 delattr(self, name)
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+def truncate_metrics(path: Path, last_step: int) -> list[dict[str, Any]]:
+    """Drop metric lines past a resumed checkpoint (those steps run again); return the rest."""
+    if not path.exists():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    kept = [row for row in rows if row.get("step", 0) <= last_step]
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(json.dumps(row) + "\n" for row in kept))
+    os.replace(tmp, path)
+    return kept

@@ -1,0 +1,79 @@
+"""Ctrl-C mid-run leaves a resumable run, and resuming replays exactly what an uninterrupted run does."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from tests.conftest import REPO, read_metrics, run_grpo
+
+ARGS = [
+    "train.steps=150",
+    "train.prompts_per_step=4",
+    "rollout.num_generations=4",
+    "algo.beta=0.04",
+    "train.save_every=50",
+    "monitor.progress=false",
+]
+
+
+def without_timings(rows):
+    return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in rows]
+
+
+def test_interrupt_then_resume_matches_an_uninterrupted_run(tmp_path):
+    straight = tmp_path / "straight"
+    result = run_grpo("train", *ARGS, f"hydra.run.dir={straight}")
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    resumed = tmp_path / "resumed"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("HYDRA_FULL_ERROR", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "grpo_cli", "train", *ARGS, f"hydra.run.dir={resumed}"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    metrics = resumed / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 5:
+            proc.send_signal(signal.SIGINT)
+            break
+        time.sleep(0.005)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "interrupted" in stderr and f"hydra.run.dir={resumed}" in stderr
+    interrupted_at = len(read_metrics(resumed))
+    assert 5 <= interrupted_at < 150
+    checkpoints = sorted(p.name for p in (resumed / "checkpoints").iterdir())
+    assert f"step_{interrupted_at:06d}" in checkpoints  # the last finished step, saved on Ctrl-C
+    assert not any(name.startswith(".") for name in checkpoints)  # no half-written temp dirs
+
+    result = run_grpo("train", *ARGS, f"hydra.run.dir={resumed}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "resuming from" in result.stdout + result.stderr  # logged through rich (stdout)
+    assert without_timings(read_metrics(resumed)) == without_timings(read_metrics(straight))
+
+
+def test_resume_from_an_explicit_checkpoint_and_never(tmp_path):
+    first = tmp_path / "first"
+    args = ["train.steps=3", "train.prompts_per_step=2", "rollout.num_generations=2", "train.save_every=2"]
+    assert run_grpo("train", *args, f"hydra.run.dir={first}").returncode == 0
+    second = tmp_path / "second"
+    result = run_grpo(
+        "train", *args, f"train.resume={first / 'checkpoints' / 'step_000002'}", f"hydra.run.dir={second}"
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [m["step"] for m in read_metrics(second)] == [3]
+    result = run_grpo("train", *args, "train.resume=never", f"hydra.run.dir={first}")
+    assert result.returncode == 0
+    assert [m["step"] for m in read_metrics(first)] == [1, 2, 3]  # started over, no duplicated lines
+    bad = run_grpo("train", *args, f"train.resume={tmp_path}", f"hydra.run.dir={tmp_path / 'x'}")
+    assert bad.returncode != 0 and "not a complete checkpoint" in bad.stderr and "Traceback" not in bad.stderr
