@@ -25,9 +25,7 @@ def _config_groups(extra_dirs: list[str]) -> set[str]:
     for root in roots:
         if root.is_dir():
             groups.update(
-                p.relative_to(root).as_posix()
-                for p in root.rglob("*")
-                if p.is_dir() and p.name != "__pycache__"
+                p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_dir() and p.name != "__pycache__"
             )
     return groups
 

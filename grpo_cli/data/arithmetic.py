@@ -9,9 +9,7 @@ import random
 OPERATIONS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 
 
-def arithmetic_examples(
-    num_examples: int, max_operand: int, operations: list[str], seed: int
-) -> list[dict[str, str]]:
+def arithmetic_examples(num_examples: int, max_operand: int, operations: list[str], seed: int) -> list[dict[str, str]]:
     """Distinct problems `a<op>b=` with their answers, shuffled by `seed`.
 
     Problems are distinct so the held-out eval split never repeats a training prompt.
@@ -27,7 +25,4 @@ def arithmetic_examples(
     operands = range(max_operand + 1)
     problems = list(itertools.product(operands, operations, operands))
     random.Random(seed).shuffle(problems)
-    return [
-        {"prompt": f"{a}{op}{b}=", "answer": str(OPERATIONS[op](a, b))}
-        for a, op, b in problems[:num_examples]
-    ]
+    return [{"prompt": f"{a}{op}{b}=", "answer": str(OPERATIONS[op](a, b))} for a, op, b in problems[:num_examples]]

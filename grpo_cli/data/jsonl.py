@@ -10,9 +10,7 @@ from grpo_cli.errors import GrpoError
 
 
 def _is_conversation(prompt: Any) -> bool:
-    return isinstance(prompt, list) and all(
-        isinstance(m, dict) and "role" in m and "content" in m for m in prompt
-    )
+    return isinstance(prompt, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in prompt)
 
 
 def read_jsonl_prompts(path: str | Path, prompt_field: str) -> list[dict[str, Any]]:
@@ -33,14 +31,11 @@ def read_jsonl_prompts(path: str | Path, prompt_field: str) -> list[dict[str, An
             if not isinstance(row, dict):
                 raise GrpoError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
             if prompt_field not in row:
-                raise GrpoError(
-                    f"{path}:{lineno}: missing prompt field '{prompt_field}' (set data.prompt_field)"
-                )
+                raise GrpoError(f"{path}:{lineno}: missing prompt field '{prompt_field}' (set data.prompt_field)")
             prompt = row.pop(prompt_field)
             if not (isinstance(prompt, str) or _is_conversation(prompt)):
                 raise GrpoError(
-                    f"{path}:{lineno}: field '{prompt_field}' must be a string or a list of "
-                    "{role, content} messages"
+                    f"{path}:{lineno}: field '{prompt_field}' must be a string or a list of {{role, content}} messages"
                 )
             rows.append({"prompt": prompt, **row})
     if not rows:

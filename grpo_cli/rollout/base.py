@@ -30,9 +30,7 @@ class Generator(Protocol):
     ) -> Rollout: ...
 
 
-def completion_mask_from_eos(
-    completion_ids: torch.Tensor, eos_ids: list[int]
-) -> tuple[torch.Tensor, torch.Tensor]:
+def completion_mask_from_eos(completion_ids: torch.Tensor, eos_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """(mask, truncated): the mask keeps tokens up to and including the first EOS.
 
     >>> m, t = completion_mask_from_eos(torch.tensor([[5, 2, 0], [5, 6, 7]]), [2])

@@ -19,9 +19,7 @@ def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) ->
 
 
 class HFGenerator:
-    def __init__(
-        self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, cfg: RolloutConfig
-    ) -> None:
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, cfg: RolloutConfig) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.eos_ids = eos_token_ids(model, tokenizer)
@@ -63,9 +61,7 @@ class HFGenerator:
             self.model.train(was_training)
         completion_ids = output[:, prompt_ids.size(1) :]
         if completion_ids.size(1) == 0:  # every row stopped before producing a token
-            completion_ids = torch.full(
-                (prompt_ids.size(0), 1), self.tokenizer.pad_token_id, device=prompt_ids.device
-            )
+            completion_ids = torch.full((prompt_ids.size(0), 1), self.tokenizer.pad_token_id, device=prompt_ids.device)
         mask, truncated = completion_mask_from_eos(completion_ids, self.eos_ids)
         texts = self.tokenizer.batch_decode(
             completion_ids * mask + self.tokenizer.pad_token_id * (1 - mask), skip_special_tokens=True
