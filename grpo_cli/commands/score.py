@@ -14,7 +14,7 @@ from grpo_cli.commands.errors import report_user_errors
 from grpo_cli.config.schema import ScoreConfig
 from grpo_cli.config.store import register_schemas
 from grpo_cli.errors import GrpoError
-from grpo_cli.rewards import RewardExecutor, RewardFusion, resolve_reward_sources
+from grpo_cli.rewards import RewardExecutor, RewardFusion, resolve_reward_sources, reward_diagnostics
 from grpo_cli.rewards.score_file import score_rollouts_file
 
 register_schemas()
@@ -45,17 +45,21 @@ def run_score(cfg: ScoreConfig) -> float:
     if not cfg.reward.functions:
         raise GrpoError("reward.functions is empty: choose a reward, e.g. reward=math")
     sources = resolve_reward_sources(cfg.reward.functions)
+    diagnostics = reward_diagnostics(sources)  # e.g. the sandbox backend, also in score_summary.json
     fusion = RewardFusion(sources, cfg.reward.max_consecutive_failures, cfg.reward.aggregation)
     with RewardExecutor(cfg.reward.num_workers, cfg.reward.timeout_s) as executor:
         summary = score_rollouts_file(
             Path(cfg.input), Path(cfg.output), sources, fusion, executor, cfg.algo.scale_rewards, cfg.batch_size
         )
+    summary.update(diagnostics)
     summary_path = Path(cfg.summary) if cfg.summary else Path(cfg.output).with_name("score_summary.json")
     summary_path.write_text(json.dumps(summary, indent=2) + "\n")
     console = Console(stderr=True)
     for alert in summary["alerts"]:
         console.print(f"[bold yellow]alert:[/] {alert}", highlight=False)
     console.print(summary_table(summary))
+    for key, value in diagnostics.items():
+        console.print(f"{key.replace('_', ' ')}: {value}", highlight=False)
     console.print(f"wrote {cfg.output} and {summary_path}", highlight=False, soft_wrap=True)
     mean = summary["reward"]["mean"]
     return float("nan") if mean is None else mean

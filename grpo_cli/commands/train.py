@@ -47,6 +47,8 @@ def run_train(cfg: TrainConfig, run_dir: Path) -> float:
     if trainer.resumed_from:
         log.info("resuming from %s (step %d)", trainer.resumed_from, trainer.step_index)
     log.info("run directory: %s", run_dir)
+    for key, value in trainer.reward_diagnostics.items():
+        log.info("%s: %s", key.replace("_", " "), value)
     metrics_file = MetricsFile(run_dir / "metrics.jsonl")
     try:
         with TrainingConsole(cfg.train.steps, console, enabled=cfg.monitor.progress) as progress:
@@ -76,6 +78,7 @@ def run_train(cfg: TrainConfig, run_dir: Path) -> float:
         "reward_first10": _mean(history[:10], "reward/mean"),
         "reward_last10": _mean(history[-10:], "reward/mean"),
         "final_checkpoint": str(checkpoint),
+        **trainer.reward_diagnostics,
     }
     write_summary(run_dir / "summary.json", summary)
     console.print(summary_table(summary, history))

@@ -33,7 +33,7 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    kind: str = "arithmetic"  # arithmetic | jsonl | math
+    kind: str = "arithmetic"  # arithmetic | jsonl | math | code
     path: str | None = None
     prompt_field: str = "prompt"
     num_examples: int = 2000
@@ -176,4 +176,5 @@ class ScoreConfig:
     summary: str | None = None  # None: score_summary.json next to the output
     batch_size: int = 64  # prompts (groups) scored per batch: the memory bound
     reward: RewardConfig = field(default_factory=RewardConfig)
+    data: DataConfig = field(default_factory=DataConfig)  # unused: reward options may select data
     algo: AlgoConfig = field(default_factory=AlgoConfig)

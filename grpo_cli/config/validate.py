@@ -17,7 +17,7 @@ from grpo_cli.errors import GrpoError
 CHOICES = {
     "model.kind": ("tiny", "hf"),
     "model.dtype": ("auto", "fp32", "bf16", "fp16"),
-    "data.kind": ("arithmetic", "jsonl", "math"),
+    "data.kind": ("arithmetic", "jsonl", "math", "code"),
     "precision.dtype": ("fp32", "bf16", "fp16"),
     "algo.loss_type": ("grpo", "bnpo", "dr_grpo", "dapo"),
     "algo.scale_rewards": ("group", "batch", "none"),
@@ -100,9 +100,7 @@ def validate(cfg: TrainConfig) -> list[str]:
         if getattr(cfg.algo, key) <= 0:
             _fail(f"algo.{key}", getattr(cfg.algo, key), "must be > 0")
     if cfg.algo.epsilon_low >= 1:
-        _fail(
-            "algo.epsilon_low", cfg.algo.epsilon_low, "must be < 1 (the ratio is clipped at 1 - epsilon_low)"
-        )
+        _fail("algo.epsilon_low", cfg.algo.epsilon_low, "must be < 1 (the ratio is clipped at 1 - epsilon_low)")
     if cfg.algo.beta < 0:
         _fail("algo.beta", cfg.algo.beta, "must be >= 0")
     if cfg.rollout.temperature <= 0:

@@ -38,6 +38,7 @@ from grpo_cli.rewards import (
     RewardFusion,
     check_columns,
     resolve_reward_sources,
+    reward_diagnostics,
     score_and_fuse,
 )
 from grpo_cli.rollout import HFGenerator, Rollout
@@ -97,7 +98,9 @@ class GRPOTrainer:
         self.train_examples, self.eval_examples = split_examples(
             load_examples(cfg.data), cfg.data.eval_fraction, cfg.data.seed
         )
-        check_columns(self.reward_sources, [k for k in self.train_examples[0] if k != "prompt"])
+        check_columns(self.reward_sources, list({k for ex in self.train_examples for k in ex if k != "prompt"}))
+        # e.g. the sandbox backend: shown at start-up, in every metrics line and in the summary
+        self.reward_diagnostics = reward_diagnostics(self.reward_sources)
         self.reward_fusion = RewardFusion(
             self.reward_sources,
             getattr(cfg.reward, "max_consecutive_failures", 3),
@@ -153,7 +156,7 @@ class GRPOTrainer:
     ) -> tuple[torch.Tensor, dict[str, list[float]]]:
         """update_state=False for eval: held-out batches must not move EMA stats or failure counts."""
         prompts = [ex["prompt"] for ex in examples for _ in range(g)]
-        column_names = [k for k in examples[0] if k != "prompt"]
+        column_names = list(dict.fromkeys(k for ex in examples for k in ex if k != "prompt"))  # rows may differ
         columns = {k: [ex.get(k) for ex in examples for _ in range(g)] for k in column_names}
         columns["completion_lengths"] = rollout.lengths.tolist()  # token counts, EOS included (overlong)
         weights = {s.name: s.weight for s in self.reward_sources}  # curriculum=constant
@@ -304,6 +307,7 @@ class GRPOTrainer:
             },
             **{f"weight_effect/{name}": share for name, share in self.last_fusion.weight_effect.items()},
             "reward/masked_functions": len(self.last_fusion.masked),
+            **self.reward_diagnostics,
             **update,
             "completion_len/mean": lengths.mean().item(),
             "completion_len/max": lengths.max().item(),

@@ -11,14 +11,16 @@ from grpo_cli.data.arithmetic import arithmetic_examples
 from grpo_cli.data.jsonl import read_jsonl_prompts
 
 MATH_PROBLEMS = "math_problems.jsonl"  # shipped in grpo_cli/data: word problems with numeric answers
+CODE_TASKS = "code_tasks.jsonl"  # shipped in grpo_cli/data: Python tasks with tests (reward=code)
+PACKAGED = {"math": MATH_PROBLEMS, "code": CODE_TASKS}  # data kinds that need no path
 
 
 def load_examples(cfg: DataConfig) -> list[dict[str, Any]]:
     """All examples the config selects, before the train/eval split."""
     if cfg.kind == "arithmetic":
         examples = arithmetic_examples(cfg.num_examples, cfg.max_operand, list(cfg.operations), cfg.seed)
-    elif cfg.kind == "math":
-        with as_file(files("grpo_cli.data") / MATH_PROBLEMS) as path:  # a real path even from a zip
+    elif cfg.kind in PACKAGED:
+        with as_file(files("grpo_cli.data") / PACKAGED[cfg.kind]) as path:  # a real path even from a zip
             examples = read_jsonl_prompts(path, "prompt")
     else:
         examples = read_jsonl_prompts(cfg.path, cfg.prompt_field)

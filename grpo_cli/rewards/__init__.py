@@ -9,7 +9,7 @@ from grpo_cli.rewards.builtin import BUILTIN_REWARDS
 from grpo_cli.rewards.executor import BatchScores, RewardExecutor
 from grpo_cli.rewards.fusion import FusionResult, RewardFusion, fuse_rewards, score_and_fuse
 from grpo_cli.rewards.reward_model import RewardModelScorer
-from grpo_cli.rewards.sources import RewardSource, check_columns, resolve_reward_sources
+from grpo_cli.rewards.sources import RewardSource, check_columns, resolve_reward_sources, reward_diagnostics
 
 resolve_reward_functions = resolve_reward_sources  # the earlier name, still used by config smoke tests
 
@@ -22,6 +22,7 @@ __all__ = [
     "RewardModelScorer",
     "RewardSource",
     "check_columns",
+    "reward_diagnostics",
     "fuse_rewards",
     "resolve_reward_functions",
     "resolve_reward_sources",

@@ -9,12 +9,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from grpo_cli.rewards.answers import answer_partial_credit, exact_match, last_number
+from grpo_cli.rewards.code.rewards import code_compiles, code_similarity, code_style, code_tests
 from grpo_cli.rewards.math_answer import math_answer
 from grpo_cli.rewards.structure import overlong, repetition, think_answer_format
 
 __all__ = [
     "BUILTIN_REWARDS",
     "answer_partial_credit",
+    "code_compiles",
+    "code_similarity",
+    "code_style",
+    "code_tests",
     "exact_match",
     "last_number",
     "math_answer",
@@ -31,4 +36,9 @@ BUILTIN_REWARDS: dict[str, Callable[..., list[float | None]]] = {
     "format": think_answer_format,
     "overlong": overlong,
     "repetition": repetition,
+    # Code (DESIGN.md §3, §6). Importing them is cheap: the sandbox starts on code_tests' first call.
+    "code_compiles": code_compiles,
+    "code_tests": code_tests,
+    "code_style": code_style,
+    "code_similarity": code_similarity,
 }

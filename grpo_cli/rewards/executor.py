@@ -293,7 +293,7 @@ class RewardExecutor:
             if process.is_alive():
                 process.terminate()  # SIGTERM ends a pure-Python hang at once
         for process in processes:
-            process.join(1.0)
+            process.join(2.0)
             if process.is_alive():
                 process.kill()
-                process.join(1.0)
+                process.join(5.0)  # SIGKILL cannot be ignored; a loaded machine may take a moment to reap

@@ -168,3 +168,21 @@ def resolve_reward_sources(specs: list[Any], device: str = "auto") -> list[Rewar
             )
         )
     return sources
+
+
+def reward_diagnostics(sources: list[RewardSource]) -> dict[str, Any]:
+    """Facts a reward reports about itself at start-up (e.g. the sandbox backend in use).
+
+    A reward opts in with a `diagnostics(**kwargs) -> dict` attribute; a failure here means the
+    reward cannot work at all, so it stops the run before any model loads.
+    """
+    facts: dict[str, Any] = {}
+    for source in sources:
+        hook = getattr(source.fn, "diagnostics", None)
+        if hook is None:
+            continue
+        try:
+            facts.update(hook(**source.kwargs))
+        except Exception as err:  # HarnessFault and friends: say which reward and why
+            raise GrpoError(f"reward '{source.name}' cannot start: {err}") from None
+    return facts

@@ -1,0 +1,646 @@
+"""Run model-written code without trusting it: one sandboxed process tree per completion (DESIGN.md §6).
+
+    sandbox = Sandbox(SandboxConfig(timeout_s=5))
+    with sandbox.session(source, "add") as s:   # a fresh process; the candidate is imported as nobody
+        assert s.call(1, 2) == 3                 # inputs go in, strict builtin values come out
+    result = sandbox.run_program(source, stdin="1 2\\n")   # stdin/stdout tasks: compare result.stdout
+    sandbox.close()
+
+The parent decides. The child only ever receives inputs; whatever it returns is decoded here into
+exact builtin types, so an object whose `__eq__` always says yes cannot reach a comparison. Exit
+codes, stdout markers and anything the child claims about itself are ignored. Anything the
+candidate causes raises CandidateFailure (score 0); only a failing harness raises HarnessFault
+(score None), so crashing the sandbox never takes a completion out of the loss.
+
+No fork and no preexec_fn here (the trainer may hold CUDA state and threads): `subprocess` execs the
+backend at once, and the runner sets its own rlimits and drops privileges inside.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from grpo_cli.rewards.code import backends, runner
+
+logger = logging.getLogger("grpo.sandbox")
+
+BACKENDS = ("auto", "bwrap", "unshare", "process")
+CLOSE_GRACE_S = 1.0  # an honest runner exits within milliseconds of its job pipe closing
+SUPERVISOR_GRACE_S = 2.0  # `process` backend: time for the supervisor to kill what the candidate left
+REAP_WAIT_S = 5.0  # after SIGKILL: the kernel empties a PID namespace before its init is gone
+POLL_S = 0.02  # exit polling where pidfd_open is unavailable
+READ_CHUNK = 65536
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass
+class SandboxConfig:
+    """`sandbox.*` in the config (DESIGN.md §6, §7)."""
+
+    backend: str = "auto"  # auto | bwrap | unshare | process; auto probes in that order
+    require_isolation: bool = False  # refuse to start without network/PID namespaces
+    timeout_s: float = 5.0  # wall clock per completion (the whole session), enforced by the parent
+    memory_mb: int = 512  # RLIMIT_AS of the candidate's process
+    workers: int = 1  # parallel sessions in run_many (at most os.cpu_count())
+    max_output_bytes: int = 1_000_000  # read from the child's pipes per session; more is a flood: killed
+    max_source_bytes: int = 100_000  # longer candidate source scores 0 without running
+
+
+class CandidateFailure(Exception):
+    """The candidate failed: it raised, hung, crashed, hit a limit, broke the protocol, or returned
+    something that is not plain data. Scores 0.
+
+    `kind`: raised | syntax | missing | timeout | crashed | output_flood | protocol | non_strict | too_large.
+    `exc_type`: for `raised`, the class name of what the candidate raised (untrusted text).
+    """
+
+    def __init__(self, message: str, kind: str = "failed", exc_type: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.exc_type = exc_type
+
+
+class HarnessFault(Exception):
+    """The sandbox itself failed (no working backend, spawn failure, missing interpreter). Scores None."""
+
+
+@dataclass(frozen=True)
+class ProgramResult:
+    """What a stdin/stdout program produced. Compare `stdout`; `exit_code` is the candidate's word only."""
+
+    stdout: str
+    stderr: str
+    exit_code: int | None  # None when it was killed at the deadline
+    timed_out: bool
+
+
+class _Deadline(Exception):
+    pass
+
+
+class _Flood(Exception):
+    pass
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):  # kernels before 5.3, or a seccomp filter that forbids it
+        return None
+
+
+def _wait_readable(fd: int, timeout: float) -> None:
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        sel.select(timeout)
+
+
+class _Child:
+    """One runner process tree: start it, feed its stdin, read its pipes under a cap, tear it down."""
+
+    def __init__(self, sandbox: Sandbox, job: dict, close_stdin_when_sent: bool = False) -> None:
+        self.backend = sandbox.backend
+        self.cap = sandbox.cfg.max_output_bytes
+        self.received = 0
+        self.buffers = {"proto": bytearray(), "stdout": bytearray(), "stderr": bytearray()}
+        self.open_streams: set[str] = set()
+        self.outbox = bytearray()
+        self.close_stdin_when_sent = close_stdin_when_sent
+        self.exited = False
+        self.closed = False
+        self._closing = False
+        self.pidfd: int | None = None
+        self.proc: subprocess.Popen | None = None
+        self.selector = selectors.DefaultSelector()
+        self._stdin_registered = False
+        try:
+            self.workdir = backends.make_workdir(sandbox.work_root)
+        except OSError as err:
+            self.selector.close()
+            raise HarnessFault(f"cannot create a work dir under {sandbox.work_root}: {err}") from err
+        read_fd, write_fd = os.pipe()
+        self.proto_fd = read_fd
+        try:
+            spec = backends.launch(
+                self.backend, sandbox._interpreter, sandbox.runner_path, self.workdir, write_fd, sandbox.tag
+            )
+            self.proc = subprocess.Popen(
+                spec.argv,
+                stdin=subprocess.PIPE,  # the job pipe, nothing else
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(write_fd,),  # the protocol pipe: records from the runner
+                cwd=spec.cwd,
+                env=dict(backends.ENV),  # never the trainer's environment
+                start_new_session=True,  # its own process group, to kill as a whole
+            )
+        except OSError as err:
+            os.close(write_fd)
+            self.close(graceful=False)
+            raise HarnessFault(f"cannot start the {self.backend} sandbox: {err}") from err
+        except BaseException:
+            os.close(write_fd)
+            self.close(graceful=False)
+            raise
+        os.close(write_fd)
+        self.pidfd = _pidfd(self.proc.pid)
+        for name, fd in (
+            ("proto", read_fd),
+            ("stdout", self.proc.stdout.fileno()),
+            ("stderr", self.proc.stderr.fileno()),
+        ):
+            os.set_blocking(fd, False)
+            self.selector.register(fd, selectors.EVENT_READ, name)
+            self.open_streams.add(name)
+        os.set_blocking(self.proc.stdin.fileno(), False)
+        if self.pidfd is not None:
+            self.selector.register(self.pidfd, selectors.EVENT_READ, "exit")
+        self.send(runner.frame({**job, **spec.header}))
+
+    # ---- pipes ---------------------------------------------------------------------------
+    def send(self, data: bytes) -> None:
+        if self.proc is None or self.proc.stdin.closed:
+            return
+        self.outbox += data
+        if not self._stdin_registered:
+            self.selector.register(self.proc.stdin.fileno(), selectors.EVENT_WRITE, "stdin")
+            self._stdin_registered = True
+
+    def _close_stdin(self) -> None:
+        if self._stdin_registered:
+            self.selector.unregister(self.proc.stdin.fileno())
+            self._stdin_registered = False
+        self.outbox.clear()
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+
+    def _handle(self, name: str, fd: int) -> None:
+        if name == "stdin":
+            try:
+                written = os.write(fd, self.outbox[:READ_CHUNK])
+            except BlockingIOError:
+                return
+            except OSError:  # the runner is gone; its death shows up as EOF on the protocol pipe
+                written = len(self.outbox)
+            del self.outbox[:written]
+            if not self.outbox:
+                self.selector.unregister(fd)
+                self._stdin_registered = False
+                if self.close_stdin_when_sent:
+                    self._close_stdin()
+            return
+        if name == "exit":
+            self.exited = True
+            self.selector.unregister(fd)
+            return
+        try:
+            chunk = os.read(fd, READ_CHUNK)
+        except BlockingIOError:
+            return
+        if not chunk:
+            self.selector.unregister(fd)
+            self.open_streams.discard(name)
+            return
+        self.received += len(chunk)
+        if self.received > self.cap:
+            raise _Flood()
+        self.buffers[name] += chunk
+
+    def _poll_exit(self) -> None:
+        if self.pidfd is None and not self.exited:
+            info = os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            self.exited = info is not None and info.si_pid != 0
+
+    def pump(self, until: Callable[[], bool], deadline: float) -> None:
+        """Move bytes both ways until `until()`; _Deadline at `deadline`, _Flood past the output cap."""
+        while not until() and not self.closed:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _Deadline()
+            if not self.selector.get_map():
+                time.sleep(min(remaining, POLL_S))
+            for key, _ in self.selector.select(remaining if self.pidfd is not None else min(remaining, POLL_S)):
+                self._handle(key.data, key.fd)
+            self._poll_exit()
+
+    def drain(self) -> None:
+        """Take in whatever is ready now, without waiting."""
+        while not self.closed:
+            events = self.selector.select(0) if self.selector.get_map() else []
+            reads = [(key, mask) for key, mask in events if key.data != "stdin"]
+            if not reads:
+                break
+            for key, _ in reads:
+                self._handle(key.data, key.fd)
+        if not self.closed:
+            self._poll_exit()
+
+    def next_record(self, deadline: float) -> Any:
+        """The next protocol line, parsed; None once the runner is gone. ValueError if not JSON."""
+        self.pump(lambda: b"\n" in self.buffers["proto"] or "proto" not in self.open_streams, deadline)
+        line, found, rest = bytes(self.buffers["proto"]).partition(b"\n")
+        if not found:
+            return None
+        self.buffers["proto"] = bytearray(rest)
+        return json.loads(line)
+
+    def stderr_tail(self, limit: int = 300) -> str:
+        text = self.buffers["stderr"][-limit:].decode(errors="replace").strip()
+        return f": {text}" if text else ""
+
+    # ---- tear-down -----------------------------------------------------------------------
+    def close(self, graceful: bool) -> None:
+        """Stop the process tree (politely first if `graceful`), reap it, delete the work dir."""
+        if self.closed or self._closing:
+            return
+        self._closing = True
+        try:
+            if self.proc is not None:
+                if graceful and not self.exited:
+                    self._close_stdin()  # EOF on the job pipe: the runner exits, taking its tree with it
+                    with contextlib.suppress(_Deadline, _Flood):
+                        self.pump(lambda: self.exited, time.monotonic() + CLOSE_GRACE_S)
+                if not self.exited:
+                    self._kill()
+                with contextlib.suppress(OSError):  # stragglers in its group; the leader is unreaped, the id ours
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                with contextlib.suppress(_Flood):
+                    self.drain()
+                try:
+                    self.proc.wait(REAP_WAIT_S)
+                except subprocess.TimeoutExpired:  # unkillable (uninterruptible I/O): leave it, do not hang
+                    logger.error("sandbox process %d did not die after SIGKILL", self.proc.pid)
+        finally:
+            self.closed = True
+            self.selector.close()
+            for fd in (self.proto_fd, self.pidfd):
+                if fd is not None:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            if self.proc is not None:
+                for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+                    with contextlib.suppress(OSError):
+                        stream.close()
+            try:
+                backends.remove_workdir(self.workdir)
+            except Exception as err:  # a full disk or a hung `rm` must not take the trainer down
+                logger.error("could not remove sandbox work dir %s: %s", self.workdir, err)
+
+    def _kill(self) -> None:
+        pid = self.proc.pid
+        if self.backend == "process":  # the supervisor (root) kills the candidate's tree, setsid daemons included
+            with contextlib.suppress(OSError, _Deadline, _Flood):
+                os.kill(pid, signal.SIGTERM)
+                self.pump(lambda: self.exited, time.monotonic() + SUPERVISOR_GRACE_S)
+            if self.exited:
+                return
+            logger.warning("sandbox supervisor %d ignored SIGTERM; killing its process group", pid)
+        inner = [(child, _pidfd(child)) for child in runner.children_of(pid)]  # the namespace's init
+        for child, fd in inner:
+            with contextlib.suppress(OSError):
+                if fd is not None:
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
+                else:
+                    os.kill(child, signal.SIGKILL)
+        if inner:  # bwrap/unshare reap their child and exit: no zombie is left to the host's init
+            with contextlib.suppress(_Deadline, _Flood):
+                self.pump(lambda: self.exited, time.monotonic() + REAP_WAIT_S)
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
+        for child, fd in inner:  # the init is gone only after the kernel killed everything in its namespace
+            if fd is not None:
+                _wait_readable(fd, REAP_WAIT_S)
+                os.close(fd)
+            else:
+                end = time.monotonic() + REAP_WAIT_S
+                while os.path.exists(f"/proc/{child}") and time.monotonic() < end:
+                    time.sleep(POLL_S)
+
+
+def _source_too_long(source: str, limit: int) -> bool:
+    return len(source) > limit or len(source.encode("utf-8", "surrogatepass")) > limit
+
+
+class Session:
+    """One completion's sandboxed process: `call(*args, **kwargs)` runs the entry point on those inputs.
+
+    Results come back as exact builtin values (int, float, str, bool, None, bytes, and lists,
+    tuples, dicts, sets of them). A candidate exception raises CandidateFailure(kind="raised") and
+    the session goes on; anything else (timeout, crash, flood, protocol or non-plain results) ends
+    it: `failure` keeps that first fatal CandidateFailure and every later call raises it again, so a
+    check that swallows exceptions cannot turn a dead session into a pass.
+    """
+
+    def __init__(self, sandbox: Sandbox, source: str, entry_point: str | None) -> None:
+        self.entry_point = entry_point
+        self.failure: CandidateFailure | None = None
+        self._sandbox = sandbox
+        self._timeout_s = sandbox.cfg.timeout_s
+        self._deadline = time.monotonic() + sandbox.cfg.timeout_s
+        self._next_id = 0
+        self._child: _Child | None = None
+        if _source_too_long(source, sandbox.cfg.max_source_bytes):
+            raise self._fail("too_large", f"source over {sandbox.cfg.max_source_bytes} bytes: not run")
+        job = {"mode": "call", "source": source, "entry_point": entry_point, **sandbox._job_fields()}
+        self._child = sandbox._spawn(job)
+        try:
+            _check_hello(sandbox, self._child, self._deadline)
+            ready = self._record(0)
+            if "error" in ready:
+                kind = ready.get("kind") if ready.get("kind") in ("syntax", "missing", "raised") else "protocol"
+                raise self._fail(kind, _text(ready.get("error")), _text(ready.get("exc_type")) or None)
+            if ready != {"id": 0, "ok": None}:
+                raise self._fail("protocol", "malformed ready record")
+        except BaseException:
+            self.close()
+            raise
+
+    def call(self, *args: Any, **kwargs: Any) -> Any:
+        if self.failure is not None:
+            raise CandidateFailure(str(self.failure), self.failure.kind, self.failure.exc_type)
+        if self.entry_point is None:
+            raise HarnessFault("this session has no entry point to call")
+        if self._child is None or self._child.closed:
+            raise HarnessFault("the session is closed")
+        self._next_id += 1
+        try:
+            runner.encode([args, kwargs])  # only exact builtin types travel (and marshal could carry code)
+            request = runner.frame({"id": self._next_id, "args": args, "kwargs": kwargs})
+        except (ValueError, RecursionError) as err:
+            raise HarnessFault(f"test inputs must be plain builtin values: {err}") from None
+        try:
+            self._child.drain()
+        except _Flood:
+            raise self._fail("output_flood", f"more than {self._child.cap} bytes of output") from None
+        if self._child.buffers["proto"]:
+            raise self._fail("protocol", "a record arrived that nobody asked for")
+        self._child.send(request)
+        record = self._record(self._next_id)
+        if "error" in record:
+            message, exc_type = _text(record.get("error")), _text(record.get("exc_type")) or None
+            if record.get("kind") == "raised":
+                raise CandidateFailure(message, "raised", exc_type)
+            raise self._fail("non_strict", message)
+        if set(record) != {"id", "ok"}:
+            raise self._fail("protocol", "malformed response record")
+        try:
+            return runner.decode(record["ok"])
+        except (ValueError, RecursionError) as err:
+            raise self._fail("protocol", f"malformed value: {err}") from None
+
+    def close(self) -> CandidateFailure | None:
+        """End the process tree. Returns a failure for records that arrived unasked (a forged verdict)."""
+        child, self._child = self._child, None
+        if child is None:
+            return None
+        healthy = self.failure is None and not child.closed
+        child.close(graceful=healthy)  # a graceful close reads the pipes until the runner is gone
+        self._sandbox._forget(child)
+        if healthy and child.buffers["proto"]:
+            return self._fail("protocol", "a record arrived that nobody asked for")
+        return None
+
+    def _record(self, expected_id: int) -> dict:
+        child = self._child
+        try:
+            record = child.next_record(self._deadline)
+        except _Deadline:
+            raise self._fail("timeout", f"no answer within the session's {self._timeout_s}s") from None
+        except _Flood:
+            raise self._fail("output_flood", f"more than {child.cap} bytes of output") from None
+        except (ValueError, RecursionError):
+            raise self._fail("protocol", "a malformed record") from None
+        if record is None:
+            raise self._fail("crashed", f"the sandboxed process ended{child.stderr_tail()}")
+        if type(record) is not dict or type(record.get("id")) is not int or record["id"] != expected_id:
+            raise self._fail("protocol", f"expected record {expected_id}, got another")
+        if child.buffers["proto"]:
+            raise self._fail("protocol", "more than one record for one request")
+        return record
+
+    def _fail(self, kind: str, message: str, exc_type: str | None = None) -> CandidateFailure:
+        err = CandidateFailure(message, kind, exc_type)
+        if self.failure is None:
+            self.failure = err
+        if self._child is not None:
+            self._child.close(graceful=False)
+        return err
+
+
+def _clean_up(live: set[_Child], root: str) -> None:
+    for child in list(live):
+        child.close(graceful=False)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _text(value: Any, limit: int = 500) -> str:
+    return value[:limit] if type(value) is str else ""
+
+
+def _check_hello(sandbox: Sandbox, child: _Child, deadline: float) -> None:
+    """The runner's first record comes before any candidate code: its absence is the harness's fault."""
+    try:
+        hello = child.next_record(deadline)
+    except (_Deadline, _Flood, ValueError, RecursionError) as err:
+        child.close(graceful=False)
+        raise HarnessFault(f"the {sandbox.backend} sandbox did not start ({type(err).__name__})") from None
+    want = backends.NOBODY if backends.running_as_root() else None
+    if type(hello) is not dict or hello.get("id") != -1 or (want is not None and hello.get("uid") != want):
+        child.close(graceful=False)
+        raise HarnessFault(f"the {sandbox.backend} sandbox did not start{child.stderr_tail()}")
+
+
+class Sandbox:
+    """Start-up: pick and probe the backend once. Then `session`, `run_program`, `run_many`, `close`."""
+
+    def __init__(self, cfg: SandboxConfig | None = None, *, _probe_order: Sequence[str] | None = None) -> None:
+        self.cfg = cfg = cfg or SandboxConfig()
+        if cfg.backend not in BACKENDS:
+            raise ValueError(f"sandbox.backend must be one of {', '.join(BACKENDS)}, not {cfg.backend!r}")
+        if cfg.timeout_s <= 0 or cfg.memory_mb < 32 or cfg.workers < 1:
+            raise ValueError("sandbox: timeout_s must be > 0, memory_mb >= 32 and workers >= 1")
+        if cfg.max_output_bytes < 4096 or cfg.max_source_bytes < 1:
+            raise ValueError("sandbox: max_output_bytes must be >= 4096 and max_source_bytes >= 1")
+        self.workers = min(cfg.workers, os.cpu_count() or 1)
+        self._lock = threading.Lock()
+        self._live: set[_Child] = set()
+        self._pool: ThreadPoolExecutor | None = None
+        self.root = tempfile.mkdtemp(prefix="grpo-sandbox-")
+        self.tag = os.path.basename(self.root)  # on every sandboxed command line: `ps aux | grep TAG`
+        self._finalizer = weakref.finalize(self, _clean_up, self._live, self.root)  # also at interpreter exit
+        os.chmod(self.root, 0o711)  # nobody may pass through to its own work dir, not list the others
+        self.runner_path = os.path.join(self.root, "runner.py")
+        shutil.copyfile(runner.__file__, self.runner_path)
+        os.chmod(self.runner_path, 0o644)
+        self.work_root = os.path.join(self.root, "work")
+        os.mkdir(self.work_root, 0o711)
+        self.probe_failures: list[str] = []
+        try:
+            self.backend, self.python = self._choose(_probe_order)
+        except BaseException:
+            self.close()
+            raise
+
+    # ---- start-up ------------------------------------------------------------------------
+    def _choose(self, probe_order: Sequence[str] | None) -> tuple[str, str]:
+        cfg = self.cfg
+        order = tuple(probe_order or backends.PROBE_ORDER) if cfg.backend == "auto" else (cfg.backend,)
+        if cfg.require_isolation:
+            if not any(name in backends.NAMESPACED for name in order):
+                raise HarnessFault("sandbox.require_isolation=true but sandbox.backend=process has no namespaces")
+            order = tuple(name for name in order if name in backends.NAMESPACED)
+        pythons = backends.interpreters()
+        if not pythons:
+            raise HarnessFault("no Python interpreter (>= 3.8) found to run the sandbox")
+        for name in order:
+            failures = []
+            for python in pythons:
+                error = backends.probe(name, python, self.runner_path, self.work_root)
+                if error is None:
+                    if failures:
+                        logger.info("code sandbox: %s runs %s (%s)", name, python.path, "; ".join(failures))
+                    self._interpreter = python
+                    self._report(name)
+                    return name, python.path
+                failures.append(error)
+                if error.endswith("is not installed"):
+                    break
+            self.probe_failures += failures
+        tried = "; ".join(self.probe_failures)
+        if cfg.require_isolation:
+            raise HarnessFault(
+                f"sandbox.require_isolation=true and no namespace backend works ({tried}). "
+                "Install bubblewrap (apt-get install bubblewrap) or enable user namespaces for unshare."
+            )
+        raise HarnessFault(
+            f"no sandbox backend works ({tried}). The runner drops to uid {backends.NOBODY}: the interpreter "
+            "and its standard library must be readable by that user (not under a 0700 home such as /root)."
+        )
+
+    def _report(self, name: str) -> None:
+        if name == "process":
+            exposed = (
+                "it runs as YOUR user (the trainer is not root, so it cannot drop privileges) and can read, "
+                "change and delete your files and signal your processes"
+                if not backends.running_as_root()
+                else f"it runs as uid {backends.NOBODY} and can read every world-readable file, write to "
+                "world-writable directories (/tmp, /dev/shm), see other processes and signal every process of "
+                "that uid, including the sessions of other completions running at the same time"
+            )
+            tried = f" Probes that failed: {'; '.join(self.probe_failures)}." if self.probe_failures else ""
+            logger.warning(
+                "code sandbox WITHOUT isolation (backend=process): model-written code can reach the network, %s. "
+                "Install bubblewrap (apt-get install bubblewrap) or make `unshare` work (util-linux, user "
+                "namespaces), or set sandbox.require_isolation=true to refuse to run like this.%s",
+                exposed,
+                tried,
+            )
+        elif name == "unshare":
+            logger.info(
+                "code sandbox: backend=unshare (private network, PID and /tmp; the host filesystem stays "
+                "readable to uid %d). bubblewrap adds a private filesystem view.",
+                backends.NOBODY,
+            )
+
+    def _job_fields(self) -> dict:
+        cfg = self.cfg
+        return {
+            "limits": backends.limits(cfg.memory_mb, cfg.timeout_s, self.workers),
+            "max_record_bytes": cfg.max_output_bytes,
+        }
+
+    def _spawn(self, job: dict, close_stdin_when_sent: bool = False) -> _Child:
+        child = _Child(self, job, close_stdin_when_sent)
+        with self._lock:
+            self._live.add(child)
+        return child
+
+    def _forget(self, child: _Child) -> None:
+        with self._lock:
+            self._live.discard(child)
+
+    # ---- running code --------------------------------------------------------------------
+    @contextlib.contextmanager
+    def session(self, source: str, entry_point: str | None) -> Iterator[Session]:
+        """A fresh sandboxed process with `source` imported (CandidateFailure if that fails)."""
+        session = Session(self, source, entry_point)
+        try:
+            yield session
+        except BaseException:
+            session.close()
+            raise
+        late = session.close()
+        if late is not None:
+            raise late
+
+    def run_program(self, source: str, stdin: str) -> ProgramResult:
+        """Run `source` as a script on `stdin`. CandidateFailure for an over-long source or an output
+        flood; a timeout is reported in the result (timed_out=True)."""
+        if _source_too_long(source, self.cfg.max_source_bytes):
+            raise CandidateFailure(f"source over {self.cfg.max_source_bytes} bytes: not run", "too_large")
+        deadline = time.monotonic() + self.cfg.timeout_s
+        job = {"mode": "program", "source": source, "entry_point": None, "stdin": stdin, **self._job_fields()}
+        child = self._spawn(job, close_stdin_when_sent=True)
+        timed_out = False
+        try:
+            _check_hello(self, child, deadline)
+            child.pump(lambda: child.exited and not child.open_streams & {"stdout", "stderr"}, deadline)
+        except _Deadline:
+            timed_out = True
+        except _Flood:
+            raise CandidateFailure(f"more than {self.cfg.max_output_bytes} bytes of output", "output_flood") from None
+        finally:
+            child.close(graceful=False)
+            self._forget(child)
+        return ProgramResult(
+            stdout=child.buffers["stdout"].decode(errors="replace"),
+            stderr=child.buffers["stderr"].decode(errors="replace"),
+            exit_code=None if timed_out else child.proc.returncode,
+            timed_out=timed_out,
+        )
+
+    def run_many(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
+        """`[fn(item) for item in items]` on up to `workers` threads, each free to open sessions.
+        Exceptions from `fn` propagate: catch CandidateFailure inside `fn`."""
+        items = list(items)
+        if self.workers <= 1 or len(items) <= 1:
+            return [fn(item) for item in items]
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="grpo-sandbox")
+            pool = self._pool
+        return list(pool.map(fn, items))
+
+    def close(self) -> None:
+        """Kill live sessions, stop the pool, remove the temp root."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+            live = list(self._live)
+            self._live.clear()
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+        for child in live:
+            child.close(graceful=False)
+        self._finalizer()  # removes the temp root
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
