@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -41,3 +43,28 @@ def run_grpo(
 
 def read_metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+class Background:
+    """Starts this module's slow runs together, each `grpo train` pays seconds of torch import,
+    and only those whose tests were selected; each test then waits for its own result."""
+
+    def __init__(self, request: pytest.FixtureRequest, cases: dict[str, Callable[[], subprocess.CompletedProcess]]):
+        selected = {
+            getattr(item, "originalname", item.name)
+            for item in request.session.items
+            if getattr(item, "module", None) is request.module
+        }
+        self._cases = cases
+        self._pool = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2))
+        self._futures: dict[str, Future] = {
+            name: self._pool.submit(run) for name, run in cases.items() if not selected or f"test_{name}" in selected
+        }
+
+    def result(self, name: str) -> subprocess.CompletedProcess:
+        if name not in self._futures:
+            self._futures[name] = self._pool.submit(self._cases[name])
+        return self._futures[name].result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)

@@ -3,47 +3,15 @@ built; a traceback only with HYDRA_FULL_ERROR=1."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from grpo_cli.commands.errors import report_user_errors
 from grpo_cli.errors import GrpoError
-from tests.conftest import run_grpo
-
-
-class Background:
-    """Starts this module's slow runs together, each `grpo train` pays seconds of torch import,
-    and only those whose tests were selected; each test then waits for its own result."""
-
-    def __init__(
-        self, request: pytest.FixtureRequest, cases: dict[str, Callable[[], subprocess.CompletedProcess]]
-    ):
-        selected = {
-            getattr(item, "originalname", item.name)
-            for item in request.session.items
-            if getattr(item, "module", None) is request.module
-        }
-        self._cases = cases
-        self._pool = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2))
-        self._futures: dict[str, Future] = {
-            name: self._pool.submit(run)
-            for name, run in cases.items()
-            if not selected or f"test_{name}" in selected
-        }
-
-    def result(self, name: str) -> subprocess.CompletedProcess:
-        if name not in self._futures:
-            self._futures[name] = self._pool.submit(self._cases[name])
-        return self._futures[name].result()
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
-
+from tests.conftest import Background, run_grpo
 
 LONG_DIR = "a_directory_with_a_long_name_as_datasets_often_have_" + "x" * 40
 
@@ -62,9 +30,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"root": root, "malformed": malformed, "empty": empty, "no_prompt": no_prompt}
 
 
-def _run(
-    run_dir: Path, *args: str, env: dict[str, str] | None = None
-) -> Callable[[], subprocess.CompletedProcess]:
+def _run(run_dir: Path, *args: str, env: dict[str, str] | None = None) -> Callable[[], subprocess.CompletedProcess]:
     return lambda: run_grpo("train", *args, f"hydra.run.dir={run_dir}", env=env, timeout=300)
 
 
@@ -167,9 +133,7 @@ def test_jsonl_without_prompt_field(runs: Background, files: dict[str, Path]) ->
     assert_no_model_built(files["root"] / "jsonl_without_prompt_field")
 
 
-def test_long_path_is_not_wrapped(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_long_path_is_not_wrapped(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """In process, through the same reporter `grpo` uses: a subprocess would add seconds of import."""
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
     monkeypatch.setenv("COLUMNS", "80")  # what rich uses when stderr is a pipe and COLUMNS is unset

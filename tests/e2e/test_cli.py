@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import subprocess
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
-from tests.conftest import REPO, read_metrics, run_grpo
+from tests.conftest import REPO, Background, read_metrics, run_grpo
 
 CONF = REPO / "conf"
 TINY_RUN = [
@@ -23,35 +20,6 @@ TINY_RUN = [
     "rollout.max_new_tokens=4",
     "train.threads=1",  # a tiny model trains faster on one thread, and these runs overlap
 ]
-
-
-class Background:
-    """Starts this module's slow runs together, each `grpo train` pays seconds of torch import,
-    and only those whose tests were selected; each test then waits for its own result."""
-
-    def __init__(
-        self, request: pytest.FixtureRequest, cases: dict[str, Callable[[], subprocess.CompletedProcess]]
-    ):
-        selected = {
-            getattr(item, "originalname", item.name)
-            for item in request.session.items
-            if getattr(item, "module", None) is request.module
-        }
-        self._cases = cases
-        self._pool = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2))
-        self._futures: dict[str, Future] = {
-            name: self._pool.submit(run)
-            for name, run in cases.items()
-            if not selected or f"test_{name}" in selected
-        }
-
-    def result(self, name: str) -> subprocess.CompletedProcess:
-        if name not in self._futures:
-            self._futures[name] = self._pool.submit(self._cases[name])
-        return self._futures[name].result()
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _write_user_config_dir(root: Path) -> Path:
@@ -73,9 +41,7 @@ def _write_user_config_dir(root: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def runs(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Background, Path]]:
+def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Background, Path]]:
     root = tmp_path_factory.mktemp("cli")
     config_dir = _write_user_config_dir(root)
     cases = {
