@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,31 +14,37 @@ def _is_conversation(prompt: Any) -> bool:
     return isinstance(prompt, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in prompt)
 
 
-def read_jsonl_prompts(path: str | Path, prompt_field: str) -> list[dict[str, Any]]:
-    """Every row, with the prompt under `prompt` whatever the file calls it.
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed value) for each non-blank line, streamed.
 
     Errors name the file and the line, because a 100k-line file is not read by eye.
     """
     path = Path(path)
-    rows = []
     with path.open(encoding="utf-8") as handle:
         for lineno, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                yield lineno, json.loads(line)
             except json.JSONDecodeError as err:
                 raise GrpoError(f"{path}:{lineno}: malformed JSON: {err.msg} (column {err.colno})") from None
-            if not isinstance(row, dict):
-                raise GrpoError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-            if prompt_field not in row:
-                raise GrpoError(f"{path}:{lineno}: missing prompt field '{prompt_field}' (set data.prompt_field)")
-            prompt = row.pop(prompt_field)
-            if not (isinstance(prompt, str) or _is_conversation(prompt)):
-                raise GrpoError(
-                    f"{path}:{lineno}: field '{prompt_field}' must be a string or a list of {{role, content}} messages"
-                )
-            rows.append({"prompt": prompt, **row})
+
+
+def read_jsonl_prompts(path: str | Path, prompt_field: str) -> list[dict[str, Any]]:
+    """Every row, with the prompt under `prompt` whatever the file calls it."""
+    path = Path(path)
+    rows = []
+    for lineno, row in iter_jsonl(path):
+        if not isinstance(row, dict):
+            raise GrpoError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+        if prompt_field not in row:
+            raise GrpoError(f"{path}:{lineno}: missing prompt field '{prompt_field}' (set data.prompt_field)")
+        prompt = row.pop(prompt_field)
+        if not (isinstance(prompt, str) or _is_conversation(prompt)):
+            raise GrpoError(
+                f"{path}:{lineno}: field '{prompt_field}' must be a string or a list of {{role, content}} messages"
+            )
+        rows.append({"prompt": prompt, **row})
     if not rows:
         raise GrpoError(f"{path}: no prompts (the file is empty)")
     return rows

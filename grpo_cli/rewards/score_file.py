@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from grpo_cli.core.advantages import group_advantages
+from grpo_cli.data.jsonl import iter_jsonl
 from grpo_cli.errors import GrpoError
 from grpo_cli.rewards.executor import RewardExecutor
 from grpo_cli.rewards.fusion import RewardFusion
@@ -85,22 +86,15 @@ class WeightEffect:
 
 
 def _read_groups(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    with path.open(encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise GrpoError(f"{path}:{lineno}: malformed JSON: {err.msg} (column {err.colno})") from None
-            if not isinstance(row, dict) or "prompt" not in row or not isinstance(row.get("completions"), list):
-                raise GrpoError(f"{path}:{lineno}: expected an object with `prompt` and a `completions` list")
-            for i, completion in enumerate(row["completions"]):
-                if isinstance(completion, str):
-                    row["completions"][i] = completion = {"text": completion}
-                if not isinstance(completion, dict) or not isinstance(completion.get("text"), str):
-                    raise GrpoError(f"{path}:{lineno}: completion {i} needs a `text` string")
-            yield lineno, row
+    for lineno, row in iter_jsonl(path):
+        if not isinstance(row, dict) or "prompt" not in row or not isinstance(row.get("completions"), list):
+            raise GrpoError(f"{path}:{lineno}: expected an object with `prompt` and a `completions` list")
+        for i, completion in enumerate(row["completions"]):
+            if isinstance(completion, str):
+                row["completions"][i] = completion = {"text": completion}
+            if not isinstance(completion, dict) or not isinstance(completion.get("text"), str):
+                raise GrpoError(f"{path}:{lineno}: completion {i} needs a `text` string")
+        yield lineno, row
 
 
 def _batches(path: Path, batch_size: int) -> Iterator[list[tuple[int, dict[str, Any]]]]:
