@@ -3,15 +3,17 @@
     python benchmarks/code_reward_throughput.py [--timeout-s 1.0] [--repeat 2]
 
 For every backend whose start-up probe passes here (bwrap, unshare, process), with 1 and 2
-workers, it scores two mixes of completions for the shipped code tasks and prints a markdown
-table of completions/s and per-completion latency (p50, p95):
+workers, with pre-warmed runners (the default: each completion forked from a runner started once)
+and without (`prewarm=false`: the backend and an interpreter started per completion), it scores
+two mixes of completions for the shipped code tasks and prints a markdown table of completions/s
+and per-completion latency (p50, p95):
 
 - honest: each task's reference solution, `--repeat` times (every one must score 1.0);
 - hostile: infinite loops, sleeps, stdout floods and memory bombs, cycled over the tasks (every
   one must score 0.0, never None). A hostile completion costs about `--timeout-s`.
 
 Each completion is one `code_tests` call, `workers` of them at once on threads, which is what a
-batch call does inside (one sandboxed process tree per completion).
+batch call does inside (one fresh sandboxed process per completion).
 """
 
 from __future__ import annotations
@@ -79,6 +81,8 @@ def main() -> None:
     parser.add_argument("--timeout-s", type=float, default=1.0, help="sandbox wall clock per completion")
     parser.add_argument("--repeat", type=int, default=2, help="copies of each reference in the honest mix")
     parser.add_argument("--hostile-per-kind", type=int, default=4, help="hostile completions of each kind")
+    parser.add_argument("--backends", nargs="+", default=["bwrap", "unshare", "process"], help="backends to measure")
+    parser.add_argument("--honest-only", action="store_true", help="skip the hostile mix")
     args = parser.parse_args()
     tasks = load_tasks()
     mixes = {"honest": honest_mix(tasks, args.repeat), "hostile": hostile_mix(tasks, args.hostile_per_kind)}
@@ -87,24 +91,30 @@ def main() -> None:
         f"timeout_s={args.timeout_s}, memory_mb=512; honest: {len(mixes['honest'])} references of "
         f"{len(tasks)} tasks; hostile: {', '.join(HOSTILE_BODIES)} x {args.hostile_per_kind}\n"
     )
-    print("| backend | workers | mix | completions | completions/s | p50 latency (ms) | p95 latency (ms) | scores ok |")
-    print("|---|---|---|---|---|---|---|---|")
-    for backend in ("bwrap", "unshare", "process"):
-        for workers in (1, 2):
-            settings = {"backend": backend, "timeout_s": args.timeout_s, "workers": workers}
-            try:
-                sandbox_backend(**settings)  # probe once, outside the timings
-            except HarnessFault as err:
-                print(f"| {backend} | {workers} | - | - | - | - | - | unavailable: {str(err)[:80]} |")
-                break
-            for name, mix in mixes.items():
-                figures = measure(mix, settings, workers)
-                ok = sum(score == expected[name] for score in figures["scores"])
-                print(
-                    f"| {backend} | {workers} | {name} | {len(mix)} | {figures['rate']:.1f} | "
-                    f"{figures['p50'] * 1000:.0f} | {figures['p95'] * 1000:.0f} | {ok}/{len(mix)} |"
-                )
-            close_sandboxes()
+    print(
+        "| backend | prewarm | workers | mix | completions | completions/s | p50 latency (ms) | p95 latency (ms) "
+        "| scores ok |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for backend in args.backends:
+        for prewarm in (True, False):
+            for workers in (1, 2):
+                settings = {"backend": backend, "timeout_s": args.timeout_s, "workers": workers, "prewarm": prewarm}
+                try:
+                    sandbox_backend(**settings)  # probe (and pre-warm) once, outside the timings
+                except HarnessFault as err:
+                    print(f"| {backend} | {prewarm} | {workers} | - | - | - | - | - | unavailable: {str(err)[:80]} |")
+                    break
+                for name, mix in mixes.items():
+                    if name == "hostile" and args.honest_only:
+                        continue
+                    figures = measure(mix, settings, workers)
+                    ok = sum(score == expected[name] for score in figures["scores"])
+                    print(
+                        f"| {backend} | {prewarm} | {workers} | {name} | {len(mix)} | {figures['rate']:.1f} | "
+                        f"{figures['p50'] * 1000:.0f} | {figures['p95'] * 1000:.0f} | {ok}/{len(mix)} |"
+                    )
+                close_sandboxes()
 
 
 if __name__ == "__main__":

@@ -133,11 +133,15 @@ def _under(path: str, roots: list[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
-def _bwrap_argv(tool: str, python: Interpreter, runner: str, workdir: str, as_root: bool) -> list[str]:
+def _bwrap_argv(tool: str, python: Interpreter, runner: str, workdir: str, as_root: bool, serve: bool) -> list[str]:
     argv = [tool, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
-    argv += ["--die-with-parent", "--new-session", "--as-pid-1"]
+    # A server is started from whichever worker thread needed it first; --die-with-parent would
+    # kill it with that thread. It dies with the trainer through EOF on its control socket instead.
+    argv += ["--new-session", "--as-pid-1"] if serve else ["--die-with-parent", "--new-session", "--as-pid-1"]
     if as_root:  # no user namespace: the runner is real root, with just enough to become nobody
         argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        if serve:  # to kill what each session leaves (uid nobody) before the next one starts
+            argv += ["--cap-add", "CAP_KILL"]
     else:
         argv += ["--unshare-user"]
     argv += ["--ro-bind", "/usr", "/usr"]
@@ -168,14 +172,18 @@ def _bwrap_argv(tool: str, python: Interpreter, runner: str, workdir: str, as_ro
     return argv + ["--ro-bind", runner, INSIDE_RUNNER, "--chdir", "/", "--"]
 
 
-def launch(backend: str, python: Interpreter, runner: str, workdir: str, proto_fd: int, tag: str = "") -> Launch:
-    """The argv and header fields that start `runner` for one session on `backend`. `tag` only marks
-    the command line (and so every process the candidate forks) for `ps` and for leak checks."""
+def launch(
+    backend: str, python: Interpreter, runner: str, workdir: str, fd: int, tag: str = "", serve: bool = False
+) -> Launch:
+    """The argv and header fields that start `runner` on `backend`: for one session (`fd` is the
+    protocol pipe) or, with `serve`, as a pre-warmed server (`fd` is its control socket; `workdir`
+    holds one directory per session). `tag` only marks the command line (and so every process the
+    candidate forks) for `ps` and for leak checks."""
     as_root = running_as_root()
     common = {"drop": as_root, "uid": NOBODY, "gid": NOBODY, "workdir": workdir}
-    run = [python.path, "-I", "-S", "-B", runner, str(proto_fd), tag]
+    run = [python.path, "-I", "-S", "-B", runner, *(["--serve"] if serve else []), str(fd), tag]
     if backend == "bwrap":
-        argv = _bwrap_argv(find_tool("bwrap") or "bwrap", python, runner, workdir, as_root)
+        argv = _bwrap_argv(find_tool("bwrap") or "bwrap", python, runner, workdir, as_root, serve)
         run[4] = INSIDE_RUNNER
         return Launch(argv + run, workdir, {**common, "cwd": INSIDE_WORKDIR})
     if backend == "unshare":
@@ -188,6 +196,26 @@ def launch(backend: str, python: Interpreter, runner: str, workdir: str, proto_f
     if backend == "process":
         return Launch(run, workdir, {**common, "cwd": workdir, "no_new_privs": True})
     raise ValueError(f"unknown sandbox backend {backend!r}")
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What every launch of one Sandbox shares: the backend its probe chose, the interpreter, the
+    runner's path on the host and the tag on every command line."""
+
+    backend: str
+    python: Interpreter
+    runner: str
+    tag: str
+
+    def launch(self, workdir: str, fd: int, serve: bool = False) -> Launch:
+        return launch(self.backend, self.python, self.runner, workdir, fd, self.tag, serve)
+
+    def session_cwd(self, server_dir: str, session_dir: str) -> str:
+        """A server's session dir as its worker sees it: bwrap and unshare show the server's dir as /tmp."""
+        if self.backend in NAMESPACED:
+            return f"{INSIDE_WORKDIR}/{os.path.relpath(session_dir, server_dir)}"
+        return session_dir
 
 
 def make_workdir(root: str) -> str:

@@ -50,16 +50,22 @@ def _sandbox(
     timeout_s: float = 5.0,
     memory_mb: int = 512,
     workers: int = 1,
+    prewarm: bool = True,
 ) -> Any:
     """The process's Sandbox for these settings; probing the backend happens once, here."""
-    key = (str(backend), bool(require_isolation), float(timeout_s), int(memory_mb), int(workers))
+    key = (str(backend), bool(require_isolation), float(timeout_s), int(memory_mb), int(workers), bool(prewarm))
     with _SANDBOX_LOCK:
         sandbox = _SANDBOXES.get(key)
         if sandbox is None:
             from grpo_cli.rewards.code.sandbox import Sandbox, SandboxConfig  # only when code is judged
 
             config = SandboxConfig(
-                backend=key[0], require_isolation=key[1], timeout_s=key[2], memory_mb=key[3], workers=key[4]
+                backend=key[0],
+                require_isolation=key[1],
+                timeout_s=key[2],
+                memory_mb=key[3],
+                workers=key[4],
+                prewarm=key[5],
             )
             sandbox = _SANDBOXES[key] = Sandbox(config)  # a HarnessFault here is not cached: retried next batch
     return sandbox
@@ -366,6 +372,7 @@ def code_tests(
     timeout_s: float = 5.0,
     memory_mb: int = 512,
     workers: int = 1,
+    prewarm: bool = True,
     batch_timeout_s: float = BATCH_TIMEOUT_S,
     **_: Any,
 ) -> list[float | None]:
@@ -399,7 +406,7 @@ def code_tests(
     from grpo_cli.rewards.code.sandbox import HarnessFault
 
     try:
-        sandbox = _sandbox(backend, require_isolation, timeout_s, memory_mb, workers)
+        sandbox = _sandbox(backend, require_isolation, timeout_s, memory_mb, workers, prewarm)
     except HarnessFault:
         return scores  # the sandbox cannot start: every sample that needed it is unscored (None)
     # No more sessions at once than the sandbox's workers: RLIMIT_NPROC is shared by all of them.
@@ -414,12 +421,13 @@ def _code_tests_diagnostics(
     timeout_s: float = 5.0,
     memory_mb: int = 512,
     workers: int = 1,
+    prewarm: bool = True,
     **_: Any,
 ) -> dict[str, Any]:
     """Start-up diagnostics: builds the sandbox now, so its backend is known (and shown) before the
     first batch, and require_isolation refuses to start rather than scoring None for ever."""
     settings = {"require_isolation": require_isolation, "timeout_s": timeout_s, "memory_mb": memory_mb}
-    return {"sandbox_backend": sandbox_backend(backend=backend, workers=workers, **settings)}
+    return {"sandbox_backend": sandbox_backend(backend=backend, workers=workers, prewarm=prewarm, **settings)}
 
 
 code_tests.diagnostics = _code_tests_diagnostics  # type: ignore[attr-defined]

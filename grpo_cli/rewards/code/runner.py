@@ -1,6 +1,7 @@
 """The program that runs inside the sandbox, one process tree per completion (stdlib only, Python >= 3.8).
 
-Started by the trainer as `python -I -S -B runner.py PROTO_FD` (no site, no user paths, no .pyc):
+Started by the trainer as `python -I -S -B runner.py PROTO_FD` (no site, no user paths, no .pyc),
+one process tree per completion, or pre-warmed as `runner.py --serve CTRL_FD` (`serve` below):
 
 - The **supervisor** (this process; root when the trainer is root) reads the job header from stdin,
   forks the worker and then only waits. When the worker ends it makes sure nothing the candidate
@@ -9,6 +10,11 @@ Started by the trainer as `python -I -S -B runner.py PROTO_FD` (no site, no user
   On SIGTERM (the trainer's deadline, `process` backend) it does the same at once.
 - The **worker** applies the rlimits, drops to the unprivileged user, moves the protocol pipes to
   high close-on-exec descriptors, points fd 0 at /dev/null, and only then compiles the candidate.
+- The **server** (`--serve`) is a supervisor that stays: the interpreter, the namespaces and the
+  common imports are paid for once, and each completion is a fresh worker forked from it, with the
+  pipes the trainer passes over the control socket. After each worker it kills and reaps everything
+  left in the sandbox before it says the session is over, and retires itself when something could
+  outlive a session (SysV IPC objects) so that no completion ever sees another's leftovers.
 
 Protocol. In: length-prefixed marshal frames on stdin (the header, then `{"id": n, "args": (...),
 "kwargs": {...}}` per call; trusted data, and marshal is built in, where importing json costs a
@@ -36,6 +42,7 @@ MAX_DEPTH = 64  # nesting of a value; deeper (or cyclic) results are not plain d
 BIG_INT_BITS = 4000  # larger ints travel as hex: decimal str<->int is capped at 4300 digits since 3.11
 HIGH_FD = 200  # protocol descriptors move here, out of the way of the candidate's own files
 EXIT_HARNESS = 70  # the runner itself failed before the candidate ran (EX_SOFTWARE)
+PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
 
@@ -178,11 +185,15 @@ def _raise_stop(signum: int, frame: object) -> None:
     raise _Stop()
 
 
+_LIBC: list = []  # ctypes' handle on libc, loaded on first use
+
+
 def _prctl(option: int, value: int) -> None:
     import ctypes  # only the backends that need it pay for the import
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(option, value, 0, 0, 0) != 0:
+    if not _LIBC:
+        _LIBC.append(ctypes.CDLL(None, use_errno=True))
+    if _LIBC[0].prctl(option, value, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), f"prctl({option})")
 
 
@@ -215,6 +226,12 @@ def children_of(pid: int) -> list[int]:
 
 def _kill_descendants() -> None:
     """As a subreaper: kill every child; their orphans come back to us; repeat until none is left."""
+    while True:  # the usual case, nothing left, is known without scanning /proc
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                break  # children alive
+        except ChildProcessError:  # no child at all; as subreaper, no orphan anywhere either
+            return
     me = os.getpid()
     while True:
         for pid in children_of(me):
@@ -274,6 +291,211 @@ def supervise(proto_fd: int) -> None:
     if not pid1:
         _kill_descendants()
     os._exit(status)
+
+
+# ---- the pre-warmed server ----------------------------------------------------------------------
+
+# Imported once by the server, so a forked worker finds them loaded (each costs a fresh process
+# 1-10 ms). A candidate changing one changes its own copy only.
+PRELOAD = ("bisect", "collections", "fcntl", "functools", "heapq", "itertools", "re", "resource", "string", "typing")
+SERVER_POLL_S = 0.01  # worker exit polling where os.pidfd_open is missing (Python < 3.9)
+HELLO_ID = -2  # the server's first record on the control socket
+
+
+def _recv(ctrl: object) -> tuple[object, list[int]]:
+    """One control message (marshal, from the trusted trainer) and the descriptors passed with it;
+    (None, []) once the trainer has hung up."""
+    import _socket
+
+    flags = getattr(_socket, "MSG_CMSG_CLOEXEC", 0)
+    data, ancillary, _, _ = ctrl.recvmsg(4096, _socket.CMSG_SPACE(4 * 8), flags)
+    fds = []
+    for level, kind, payload in ancillary:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            usable = len(payload) - len(payload) % 4
+            fds += [int.from_bytes(payload[i : i + 4], sys.byteorder, signed=True) for i in range(0, usable, 4)]
+    if not data:
+        return None, fds
+    try:
+        return marshal.loads(data), fds
+    except (EOFError, ValueError, TypeError):
+        return {}, fds
+
+
+def _close_all(fds: list) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _tell(ctrl: object, record: dict) -> None:
+    try:
+        ctrl.send(to_json(record).encode())
+    except OSError:  # the trainer is gone: the next receive says so
+        pass
+
+
+def _end_session(pid1: bool) -> None:
+    """Kill and reap every process left in the sandbox (orphans, setsid daemons, a fork bomb): no
+    process outlives the session it belongs to."""
+    if not pid1:
+        _kill_descendants()
+        return
+    while True:
+        try:
+            os.kill(-1, signal.SIGKILL)  # from PID 1 of the namespace: everyone in it except us
+        except OSError:
+            pass
+        try:
+            os.wait()
+        except ChildProcessError:  # every orphan comes back to PID 1: no child means no process
+            return
+
+
+def _ipc_leftovers() -> bool:
+    """SysV IPC objects outlive their processes. A namespace that holds one is not clean any more,
+    so the server retires and the next completion gets a fresh namespace."""
+    for kind in ("shm", "sem", "msg"):
+        try:
+            with open("/proc/sysvipc/" + kind, "rb") as f:
+                if len(f.read().splitlines()) > 1:  # a header line, then one line per object
+                    return True
+        except OSError:  # cannot tell: assume the worst
+            return True
+    return False
+
+
+def _watch(ctrl: object, worker: int, session: object) -> tuple[int, bool]:
+    """Wait until the worker exits or the trainer ends the session. Returns (exit status, whether
+    the trainer hung up). A `kill` naming another session (one that already ended) is ignored."""
+    import select
+
+    try:
+        pidfd = os.pidfd_open(worker)
+    except (AttributeError, OSError):
+        pidfd = None
+    try:
+        while True:
+            waits = [ctrl] if pidfd is None else [ctrl, pidfd]
+            ready = select.select(waits, [], [], None if pidfd is not None else SERVER_POLL_S)[0]
+            if ctrl in ready:
+                request, fds = _recv(ctrl)
+                _close_all(fds)
+                hangup = request is None
+                if hangup or (type(request) is dict and request.get("op") == "kill" and request.get("n") == session):
+                    os.kill(worker, signal.SIGKILL)
+                    return _exit_code(os.waitpid(worker, 0)[1]), hangup
+            pid, status = os.waitpid(worker, os.WNOHANG)
+            if pid == worker:
+                return _exit_code(status), False
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def _start_session(ctrl: object, fds: list) -> None:
+    """In the forked worker: drop the server's channel, put the session's pipes in place, run the job."""
+    try:
+        ctrl.close()  # the candidate must never reach the server's control channel
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _prctl(PR_SET_DUMPABLE, 1)  # as a one-shot runner would be (the drop to nobody clears it again)
+        job_fd, proto_fd, out_fd, err_fd = fds
+        os.dup2(out_fd, 1)
+        os.dup2(err_fd, 2)
+        _close_all([out_fd, err_fd])
+        job = _move_high(job_fd)
+        proto = _move_high(proto_fd)
+        reader = os.fdopen(job, "rb", closefd=False)
+        run_worker(read_frame(reader), reader, proto)
+    except BaseException as err:  # only before the hello: afterwards the worker never raises
+        try:
+            os.write(2, f"runner: {type(err).__name__}: {err}\n".encode(errors="replace"))
+        except BaseException:
+            pass
+    os._exit(EXIT_HARNESS)
+
+
+def _warm_up() -> None:
+    """Pay once, in the server, for what every worker would otherwise pay after its fork: the
+    common imports and the first use of the compiler and of the protocol code (the first compile
+    in a process costs about a millisecond). Then freeze the heap for the garbage collector, so a
+    worker's collections do not copy every page it inherited."""
+    import gc
+
+    for name in PRELOAD:
+        try:
+            __import__(name)
+        except ImportError:
+            pass
+    namespace: dict = {}
+    exec(compile("def f(a, b=1):\n    return [a + b, (a,), {a: str(b)}]\n", "warm.py", "exec"), namespace)
+    to_json({"id": 1, "ok": encode(namespace["f"](1))})
+    marshal.loads(marshal.dumps({"id": 1, "args": (1, "x"), "kwargs": {}}, 4))
+    if hasattr(gc, "freeze"):  # Python >= 3.7
+        gc.collect()
+        gc.freeze()
+
+
+def serve(ctrl_fd: int) -> None:
+    """The pre-warmed runner: one fresh forked worker per `run` request, strictly one at a time.
+
+    Control messages in: `setup` (once), then `{"op": "run", "n": N}` with the session's four pipe
+    ends (job in, protocol out, stdout, stderr), and `{"op": "kill", "n": N}`. Out: a hello, then
+    `{"id": N, "exit": STATUS, "retire": BOOL}` once session N and everything it started are gone.
+    EOF on the control socket ends the server, and with it (PID 1, or as subreaper) its sandbox.
+    """
+    import _socket
+
+    ctrl = _socket.socket(fileno=_move_high(ctrl_fd))
+    setup, fds = _recv(ctrl)
+    _close_all(fds)
+    if type(setup) is not dict:
+        os._exit(0)
+    if setup.get("private_tmp"):
+        _bind_private_tmp(setup["workdir"])
+    pid1 = os.getpid() == 1  # bwrap --as-pid-1 / unshare --fork: signals we do not handle never reach us
+    if not pid1:
+        _prctl(PR_SET_CHILD_SUBREAPER, 1)
+        signal.signal(signal.SIGTERM, _raise_stop)  # `process` backend: the trainer's hard stop
+    _prctl(PR_SET_DUMPABLE, 0)  # a candidate of the same uid can neither ptrace nor read this process
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _warm_up()
+    _tell(ctrl, {"id": HELLO_ID, "pid": os.getpid(), "uid": os.getuid()})
+    worker = 0
+    try:
+        while True:
+            request, fds = _recv(ctrl)
+            if request is None:
+                break
+            if type(request) is not dict or request.get("op") != "run" or len(fds) != 4:
+                _close_all(fds)  # a late `kill` for a session that already ended
+                continue
+            worker = os.fork()
+            if worker == 0:
+                _start_session(ctrl, fds)
+            _close_all(fds)
+            status, hangup = _watch(ctrl, worker, request.get("n"))
+            worker = 0
+            _end_session(pid1)
+            if hangup:
+                break
+            retire = bool(setup.get("namespaced")) and _ipc_leftovers()
+            _tell(ctrl, {"id": request.get("n"), "exit": status, "retire": retire})
+            if retire:
+                break
+    except _Stop:
+        pass
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if worker:
+        try:
+            os.kill(worker, signal.SIGKILL)
+        except OSError:
+            pass
+    _end_session(pid1)
+    os._exit(0)
 
 
 def _move_high(fd: int) -> int:
@@ -436,4 +658,7 @@ def _serve_calls(header: dict, reader: object, proto: int) -> None:
 
 
 if __name__ == "__main__":
-    supervise(int(sys.argv[1]))
+    if sys.argv[1] == "--serve":
+        serve(int(sys.argv[2]))
+    else:
+        supervise(int(sys.argv[1]))

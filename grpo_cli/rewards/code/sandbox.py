@@ -1,4 +1,4 @@
-"""Run model-written code without trusting it: one sandboxed process tree per completion (DESIGN.md §6).
+"""Run model-written code without trusting it: one fresh sandboxed process per completion (DESIGN.md §6).
 
     sandbox = Sandbox(SandboxConfig(timeout_s=5))
     with sandbox.session(source, "add") as s:   # a fresh process; the candidate is imported as nobody
@@ -13,19 +13,18 @@ candidate causes raises CandidateFailure (score 0); only a failing harness raise
 (score None), so crashing the sandbox never takes a completion out of the loss.
 
 No fork and no preexec_fn here (the trainer may hold CUDA state and threads): `subprocess` execs the
-backend at once, and the runner sets its own rlimits and drops privileges inside.
+backend at once, and the runner sets its own rlimits and drops privileges inside. By default that
+runner is pre-warmed (`server.py`): started once per worker, it forks a fresh worker for each
+completion and kills everything the completion started before the next one; `prewarm=False`
+starts the whole backend per completion instead (one namespace per completion, 30-40 ms each).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
-import selectors
 import shutil
-import signal
-import subprocess
 import tempfile
 import threading
 import time
@@ -36,15 +35,13 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from grpo_cli.rewards.code import backends, runner
+from grpo_cli.rewards.code.child import Child, Deadline, Flood
+from grpo_cli.rewards.code.faults import CandidateFailure, HarnessFault
+from grpo_cli.rewards.code.server import ServerPool
 
 logger = logging.getLogger("grpo.sandbox")
 
 BACKENDS = ("auto", "bwrap", "unshare", "process")
-CLOSE_GRACE_S = 1.0  # an honest runner exits within milliseconds of its job pipe closing
-SUPERVISOR_GRACE_S = 2.0  # `process` backend: time for the supervisor to kill what the candidate left
-REAP_WAIT_S = 5.0  # after SIGKILL: the kernel empties a PID namespace before its init is gone
-POLL_S = 0.02  # exit polling where pidfd_open is unavailable
-READ_CHUNK = 65536
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -60,24 +57,7 @@ class SandboxConfig:
     workers: int = 1  # parallel sessions in run_many (at most os.cpu_count())
     max_output_bytes: int = 1_000_000  # read from the child's pipes per session; more is a flood: killed
     max_source_bytes: int = 100_000  # longer candidate source scores 0 without running
-
-
-class CandidateFailure(Exception):
-    """The candidate failed: it raised, hung, crashed, hit a limit, broke the protocol, or returned
-    something that is not plain data. Scores 0.
-
-    `kind`: raised | syntax | missing | timeout | crashed | output_flood | protocol | non_strict | too_large.
-    `exc_type`: for `raised`, the class name of what the candidate raised (untrusted text).
-    """
-
-    def __init__(self, message: str, kind: str = "failed", exc_type: str | None = None) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.exc_type = exc_type
-
-
-class HarnessFault(Exception):
-    """The sandbox itself failed (no working backend, spawn failure, missing interpreter). Scores None."""
+    prewarm: bool = True  # fork each completion from a pre-warmed runner; false: start the backend per completion
 
 
 @dataclass(frozen=True)
@@ -88,249 +68,6 @@ class ProgramResult:
     stderr: str
     exit_code: int | None  # None when it was killed at the deadline
     timed_out: bool
-
-
-class _Deadline(Exception):
-    pass
-
-
-class _Flood(Exception):
-    pass
-
-
-def _pidfd(pid: int) -> int | None:
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):  # kernels before 5.3, or a seccomp filter that forbids it
-        return None
-
-
-def _wait_readable(fd: int, timeout: float) -> None:
-    with selectors.DefaultSelector() as sel:
-        sel.register(fd, selectors.EVENT_READ)
-        sel.select(timeout)
-
-
-class _Child:
-    """One runner process tree: start it, feed its stdin, read its pipes under a cap, tear it down."""
-
-    def __init__(self, sandbox: Sandbox, job: dict, close_stdin_when_sent: bool = False) -> None:
-        self.backend = sandbox.backend
-        self.cap = sandbox.cfg.max_output_bytes
-        self.received = 0
-        self.buffers = {"proto": bytearray(), "stdout": bytearray(), "stderr": bytearray()}
-        self.open_streams: set[str] = set()
-        self.outbox = bytearray()
-        self.close_stdin_when_sent = close_stdin_when_sent
-        self.exited = False
-        self.closed = False
-        self._closing = False
-        self.pidfd: int | None = None
-        self.proc: subprocess.Popen | None = None
-        self.selector = selectors.DefaultSelector()
-        self._stdin_registered = False
-        try:
-            self.workdir = backends.make_workdir(sandbox.work_root)
-        except OSError as err:
-            self.selector.close()
-            raise HarnessFault(f"cannot create a work dir under {sandbox.work_root}: {err}") from err
-        read_fd, write_fd = os.pipe()
-        self.proto_fd = read_fd
-        try:
-            spec = backends.launch(
-                self.backend, sandbox._interpreter, sandbox.runner_path, self.workdir, write_fd, sandbox.tag
-            )
-            self.proc = subprocess.Popen(
-                spec.argv,
-                stdin=subprocess.PIPE,  # the job pipe, nothing else
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                pass_fds=(write_fd,),  # the protocol pipe: records from the runner
-                cwd=spec.cwd,
-                env=dict(backends.ENV),  # never the trainer's environment
-                start_new_session=True,  # its own process group, to kill as a whole
-            )
-        except OSError as err:
-            os.close(write_fd)
-            self.close(graceful=False)
-            raise HarnessFault(f"cannot start the {self.backend} sandbox: {err}") from err
-        except BaseException:
-            os.close(write_fd)
-            self.close(graceful=False)
-            raise
-        os.close(write_fd)
-        self.pidfd = _pidfd(self.proc.pid)
-        for name, fd in (
-            ("proto", read_fd),
-            ("stdout", self.proc.stdout.fileno()),
-            ("stderr", self.proc.stderr.fileno()),
-        ):
-            os.set_blocking(fd, False)
-            self.selector.register(fd, selectors.EVENT_READ, name)
-            self.open_streams.add(name)
-        os.set_blocking(self.proc.stdin.fileno(), False)
-        if self.pidfd is not None:
-            self.selector.register(self.pidfd, selectors.EVENT_READ, "exit")
-        self.send(runner.frame({**job, **spec.header}))
-
-    # ---- pipes ---------------------------------------------------------------------------
-    def send(self, data: bytes) -> None:
-        if self.proc is None or self.proc.stdin.closed:
-            return
-        self.outbox += data
-        if not self._stdin_registered:
-            self.selector.register(self.proc.stdin.fileno(), selectors.EVENT_WRITE, "stdin")
-            self._stdin_registered = True
-
-    def _close_stdin(self) -> None:
-        if self._stdin_registered:
-            self.selector.unregister(self.proc.stdin.fileno())
-            self._stdin_registered = False
-        self.outbox.clear()
-        with contextlib.suppress(OSError):
-            self.proc.stdin.close()
-
-    def _handle(self, name: str, fd: int) -> None:
-        if name == "stdin":
-            try:
-                written = os.write(fd, self.outbox[:READ_CHUNK])
-            except BlockingIOError:
-                return
-            except OSError:  # the runner is gone; its death shows up as EOF on the protocol pipe
-                written = len(self.outbox)
-            del self.outbox[:written]
-            if not self.outbox:
-                self.selector.unregister(fd)
-                self._stdin_registered = False
-                if self.close_stdin_when_sent:
-                    self._close_stdin()
-            return
-        if name == "exit":
-            self.exited = True
-            self.selector.unregister(fd)
-            return
-        try:
-            chunk = os.read(fd, READ_CHUNK)
-        except BlockingIOError:
-            return
-        if not chunk:
-            self.selector.unregister(fd)
-            self.open_streams.discard(name)
-            return
-        self.received += len(chunk)
-        if self.received > self.cap:
-            raise _Flood()
-        self.buffers[name] += chunk
-
-    def _poll_exit(self) -> None:
-        if self.pidfd is None and not self.exited:
-            info = os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            self.exited = info is not None and info.si_pid != 0
-
-    def pump(self, until: Callable[[], bool], deadline: float) -> None:
-        """Move bytes both ways until `until()`; _Deadline at `deadline`, _Flood past the output cap."""
-        while not until() and not self.closed:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise _Deadline()
-            if not self.selector.get_map():
-                time.sleep(min(remaining, POLL_S))
-            for key, _ in self.selector.select(remaining if self.pidfd is not None else min(remaining, POLL_S)):
-                self._handle(key.data, key.fd)
-            self._poll_exit()
-
-    def drain(self) -> None:
-        """Take in whatever is ready now, without waiting."""
-        while not self.closed:
-            events = self.selector.select(0) if self.selector.get_map() else []
-            reads = [(key, mask) for key, mask in events if key.data != "stdin"]
-            if not reads:
-                break
-            for key, _ in reads:
-                self._handle(key.data, key.fd)
-        if not self.closed:
-            self._poll_exit()
-
-    def next_record(self, deadline: float) -> Any:
-        """The next protocol line, parsed; None once the runner is gone. ValueError if not JSON."""
-        self.pump(lambda: b"\n" in self.buffers["proto"] or "proto" not in self.open_streams, deadline)
-        line, found, rest = bytes(self.buffers["proto"]).partition(b"\n")
-        if not found:
-            return None
-        self.buffers["proto"] = bytearray(rest)
-        return json.loads(line)
-
-    def stderr_tail(self, limit: int = 300) -> str:
-        text = self.buffers["stderr"][-limit:].decode(errors="replace").strip()
-        return f": {text}" if text else ""
-
-    # ---- tear-down -----------------------------------------------------------------------
-    def close(self, graceful: bool) -> None:
-        """Stop the process tree (politely first if `graceful`), reap it, delete the work dir."""
-        if self.closed or self._closing:
-            return
-        self._closing = True
-        try:
-            if self.proc is not None:
-                if graceful and not self.exited:
-                    self._close_stdin()  # EOF on the job pipe: the runner exits, taking its tree with it
-                    with contextlib.suppress(_Deadline, _Flood):
-                        self.pump(lambda: self.exited, time.monotonic() + CLOSE_GRACE_S)
-                if not self.exited:
-                    self._kill()
-                with contextlib.suppress(OSError):  # stragglers in its group; the leader is unreaped, the id ours
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                with contextlib.suppress(_Flood):
-                    self.drain()
-                try:
-                    self.proc.wait(REAP_WAIT_S)
-                except subprocess.TimeoutExpired:  # unkillable (uninterruptible I/O): leave it, do not hang
-                    logger.error("sandbox process %d did not die after SIGKILL", self.proc.pid)
-        finally:
-            self.closed = True
-            self.selector.close()
-            for fd in (self.proto_fd, self.pidfd):
-                if fd is not None:
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
-            if self.proc is not None:
-                for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-                    with contextlib.suppress(OSError):
-                        stream.close()
-            try:
-                backends.remove_workdir(self.workdir)
-            except Exception as err:  # a full disk or a hung `rm` must not take the trainer down
-                logger.error("could not remove sandbox work dir %s: %s", self.workdir, err)
-
-    def _kill(self) -> None:
-        pid = self.proc.pid
-        if self.backend == "process":  # the supervisor (root) kills the candidate's tree, setsid daemons included
-            with contextlib.suppress(OSError, _Deadline, _Flood):
-                os.kill(pid, signal.SIGTERM)
-                self.pump(lambda: self.exited, time.monotonic() + SUPERVISOR_GRACE_S)
-            if self.exited:
-                return
-            logger.warning("sandbox supervisor %d ignored SIGTERM; killing its process group", pid)
-        inner = [(child, _pidfd(child)) for child in runner.children_of(pid)]  # the namespace's init
-        for child, fd in inner:
-            with contextlib.suppress(OSError):
-                if fd is not None:
-                    signal.pidfd_send_signal(fd, signal.SIGKILL)
-                else:
-                    os.kill(child, signal.SIGKILL)
-        if inner:  # bwrap/unshare reap their child and exit: no zombie is left to the host's init
-            with contextlib.suppress(_Deadline, _Flood):
-                self.pump(lambda: self.exited, time.monotonic() + REAP_WAIT_S)
-        with contextlib.suppress(OSError):
-            os.killpg(pid, signal.SIGKILL)
-        for child, fd in inner:  # the init is gone only after the kernel killed everything in its namespace
-            if fd is not None:
-                _wait_readable(fd, REAP_WAIT_S)
-                os.close(fd)
-            else:
-                end = time.monotonic() + REAP_WAIT_S
-                while os.path.exists(f"/proc/{child}") and time.monotonic() < end:
-                    time.sleep(POLL_S)
 
 
 def _source_too_long(source: str, limit: int) -> bool:
@@ -354,7 +91,7 @@ class Session:
         self._timeout_s = sandbox.cfg.timeout_s
         self._deadline = time.monotonic() + sandbox.cfg.timeout_s
         self._next_id = 0
-        self._child: _Child | None = None
+        self._child: Child | None = None
         if _source_too_long(source, sandbox.cfg.max_source_bytes):
             raise self._fail("too_large", f"source over {sandbox.cfg.max_source_bytes} bytes: not run")
         job = {"mode": "call", "source": source, "entry_point": entry_point, **sandbox._job_fields()}
@@ -386,7 +123,7 @@ class Session:
             raise HarnessFault(f"test inputs must be plain builtin values: {err}") from None
         try:
             self._child.drain()
-        except _Flood:
+        except Flood:
             raise self._fail("output_flood", f"more than {self._child.cap} bytes of output") from None
         if self._child.buffers["proto"]:
             raise self._fail("protocol", "a record arrived that nobody asked for")
@@ -420,9 +157,9 @@ class Session:
         child = self._child
         try:
             record = child.next_record(self._deadline)
-        except _Deadline:
+        except Deadline:
             raise self._fail("timeout", f"no answer within the session's {self._timeout_s}s") from None
-        except _Flood:
+        except Flood:
             raise self._fail("output_flood", f"more than {child.cap} bytes of output") from None
         except (ValueError, RecursionError):
             raise self._fail("protocol", "a malformed record") from None
@@ -443,9 +180,11 @@ class Session:
         return err
 
 
-def _clean_up(live: set[_Child], root: str) -> None:
+def _clean_up(live: set[Child], servers: list[ServerPool], root: str) -> None:
     for child in list(live):
         child.close(graceful=False)
+    for pool in servers:
+        pool.close()
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -453,11 +192,11 @@ def _text(value: Any, limit: int = 500) -> str:
     return value[:limit] if type(value) is str else ""
 
 
-def _check_hello(sandbox: Sandbox, child: _Child, deadline: float) -> None:
+def _check_hello(sandbox: Sandbox, child: Child, deadline: float) -> None:
     """The runner's first record comes before any candidate code: its absence is the harness's fault."""
     try:
         hello = child.next_record(deadline)
-    except (_Deadline, _Flood, ValueError, RecursionError) as err:
+    except (Deadline, Flood, ValueError, RecursionError) as err:
         child.close(graceful=False)
         raise HarnessFault(f"the {sandbox.backend} sandbox did not start ({type(err).__name__})") from None
     want = backends.NOBODY if backends.running_as_root() else None
@@ -479,20 +218,26 @@ class Sandbox:
             raise ValueError("sandbox: max_output_bytes must be >= 4096 and max_source_bytes >= 1")
         self.workers = min(cfg.workers, os.cpu_count() or 1)
         self._lock = threading.Lock()
-        self._live: set[_Child] = set()
+        self._live: set[Child] = set()
         self._pool: ThreadPoolExecutor | None = None
+        self._servers: list[ServerPool] = []  # the pre-warmed runners, once the backend is known
         self.root = tempfile.mkdtemp(prefix="grpo-sandbox-")
         self.tag = os.path.basename(self.root)  # on every sandboxed command line: `ps aux | grep TAG`
-        self._finalizer = weakref.finalize(self, _clean_up, self._live, self.root)  # also at interpreter exit
+        # Also at interpreter exit:
+        self._finalizer = weakref.finalize(self, _clean_up, self._live, self._servers, self.root)
         os.chmod(self.root, 0o711)  # nobody may pass through to its own work dir, not list the others
         self.runner_path = os.path.join(self.root, "runner.py")
         shutil.copyfile(runner.__file__, self.runner_path)
         os.chmod(self.runner_path, 0o644)
-        self.work_root = os.path.join(self.root, "work")
+        self.work_root = os.path.join(self.root, "work")  # one-shot sessions and probes
         os.mkdir(self.work_root, 0o711)
+        self.server_root = os.path.join(self.root, "servers")  # one dir per pre-warmed runner
+        os.mkdir(self.server_root, 0o711)
         self.probe_failures: list[str] = []
         try:
             self.backend, self.python = self._choose(_probe_order)
+            self.runtime = backends.Runtime(self.backend, self._interpreter, self.runner_path, self.tag)
+            self.prewarm = cfg.prewarm and self._start_servers()
         except BaseException:
             self.close()
             raise
@@ -558,6 +303,29 @@ class Sandbox:
                 backends.NOBODY,
             )
 
+    def _start_servers(self) -> bool:
+        """Start the first pre-warmed runner now. If this backend cannot run one here, fall back to
+        a fresh backend per completion (slower, as safe) and say so."""
+        pool = ServerPool(self.runtime, self.server_root)
+        try:
+            pool.warm()
+        except HarnessFault as err:
+            pool.close()
+            logger.warning("code sandbox: no pre-warmed runner (%s); starting %s per completion", err, self.backend)
+            return False
+        self._servers.append(pool)
+        return True
+
+    def server_pids(self) -> set[int]:
+        """Host process ids of the idle and busy pre-warmed runners (not of any session)."""
+        return self._servers[0].pids() if self._servers else set()
+
+    def stop_idle_runners(self) -> None:
+        """Stop the pre-warmed runners no session is using (say, before a long evaluation without
+        code); the next session starts one again."""
+        if self._servers:
+            self._servers[0].stop_idle()
+
     def _job_fields(self) -> dict:
         cfg = self.cfg
         return {
@@ -565,13 +333,19 @@ class Sandbox:
             "max_record_bytes": cfg.max_output_bytes,
         }
 
-    def _spawn(self, job: dict, close_stdin_when_sent: bool = False) -> _Child:
-        child = _Child(self, job, close_stdin_when_sent)
+    def _spawn(self, job: dict, close_stdin_when_sent: bool = False) -> Child:
+        cap = self.cfg.max_output_bytes
+        if self.prewarm and self._servers:
+            pool = self._servers[0]
+            server = pool.acquire()
+            child = Child(self.runtime, self.work_root, job, cap, close_stdin_when_sent, server, pool.release)
+        else:
+            child = Child(self.runtime, self.work_root, job, cap, close_stdin_when_sent)
         with self._lock:
             self._live.add(child)
         return child
 
-    def _forget(self, child: _Child) -> None:
+    def _forget(self, child: Child) -> None:
         with self._lock:
             self._live.discard(child)
 
@@ -601,9 +375,9 @@ class Sandbox:
         try:
             _check_hello(self, child, deadline)
             child.pump(lambda: child.exited and not child.open_streams & {"stdout", "stderr"}, deadline)
-        except _Deadline:
+        except Deadline:
             timed_out = True
-        except _Flood:
+        except Flood:
             raise CandidateFailure(f"more than {self.cfg.max_output_bytes} bytes of output", "output_flood") from None
         finally:
             child.close(graceful=False)
@@ -611,7 +385,7 @@ class Sandbox:
         return ProgramResult(
             stdout=child.buffers["stdout"].decode(errors="replace"),
             stderr=child.buffers["stderr"].decode(errors="replace"),
-            exit_code=None if timed_out else child.proc.returncode,
+            exit_code=None if timed_out else child.returncode,
             timed_out=timed_out,
         )
 

@@ -1,4 +1,10 @@
-"""One Sandbox per backend for the whole run, skipped where that backend's probe fails here."""
+"""One Sandbox per backend and mode for the whole run, skipped where that backend's probe fails here.
+
+Every `sandbox` test runs on each backend twice: with pre-warmed runners (the default; each
+completion is a worker forked from a runner that stays) and one-shot (`prewarm=False`: the backend
+is started per completion). "Nothing left behind" means: no process of the sandbox but its idle
+runners, and no file in any work dir.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ import pytest
 from grpo_cli.rewards.code import HarnessFault, Sandbox, SandboxConfig
 
 BACKENDS = ("bwrap", "unshare", "process")
+MODES = [(backend, prewarm) for backend in BACKENDS for prewarm in (True, False)]
 ISOLATED = ("bwrap", "unshare")
 AS_ROOT = os.geteuid() == 0
 TIMEOUT_S = 2.0
@@ -26,6 +33,23 @@ def sandbox_processes(tag: str) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+def leftovers(box: Sandbox) -> list[int]:
+    """Processes of the sandbox that are not its pre-warmed runners: what sessions left behind."""
+    return sorted(set(sandbox_processes(box.tag)) - box.server_pids())
+
+
+def assert_clean(box: Sandbox) -> None:
+    assert leftovers(box) == []
+    assert os.listdir(box.work_root) == []
+    for server_dir in os.listdir(box.server_root):  # each runner's dir, emptied after every session
+        assert os.listdir(os.path.join(box.server_root, server_dir)) == []
+
+
+def mode_id(mode: tuple[str, bool]) -> str:
+    backend, prewarm = mode
+    return backend if prewarm else f"{backend}-oneshot"
 
 
 def processes_of_uid(uid: int) -> set[int]:
@@ -63,12 +87,14 @@ def sandbox_factory():
             pytest.skip(f"the {backend} sandbox does not work on this machine: {box}")
         return box
 
+    get.boxes = lambda: [box for box in made.values() if isinstance(box, Sandbox)]
     yield get
     for box in made.values():
         if isinstance(box, Sandbox):
             box.close()
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=MODES, ids=mode_id)
 def sandbox(request, sandbox_factory) -> Sandbox:
-    return sandbox_factory(request.param)
+    backend, prewarm = request.param
+    return sandbox_factory(backend, prewarm=prewarm)

@@ -2,8 +2,9 @@
 
 Outcomes: `pass` (the check passed: only for attacks whose damage is a side effect, which is then
 checked to be blocked), `wrong` (a strict value the trusted parent compared and rejected), or
-`failure:<kind>` (CandidateFailure). After every case no process of the sandbox may be left and the
-work dir must be gone; after the module, no process of uid 65534 and no extra open descriptor.
+`failure:<kind>` (CandidateFailure). After every case no process of the sandbox but its idle
+pre-warmed runners may be left and every work dir must be empty; after the module (idle runners
+stopped), no process of uid 65534 and no extra open descriptor.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from grpo_cli.rewards.code import CandidateFailure, Sandbox
-from tests.rewards.code.conftest import AS_ROOT, ISOLATED, open_fds, processes_of_uid, sandbox_processes
+from tests.rewards.code.conftest import AS_ROOT, ISOLATED, assert_clean, open_fds, processes_of_uid
 
 CASES = (((1, 2), 3), ((5, 7), 12))  # the trusted (inputs, expected) pairs; the sandbox never sees the second half
 
@@ -52,10 +53,14 @@ def used_tags() -> set[str]:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def nothing_left_behind(used_tags):
+def nothing_left_behind(used_tags, sandbox_factory):
+    for box in sandbox_factory.boxes():  # their runners hold descriptors: count without them
+        box.stop_idle_runners()
     fds = open_fds()
     nobody = processes_of_uid(65534)
     yield
+    for box in sandbox_factory.boxes():
+        box.stop_idle_runners()
     assert open_fds() == fds
     if AS_ROOT:
         assert {pid for pid in processes_of_uid(65534) - nobody if not _foreign(pid, used_tags)} == set()
@@ -63,11 +68,10 @@ def nothing_left_behind(used_tags):
 
 @pytest.fixture
 def guarded(sandbox, used_tags):
-    """The sandbox, checked after the case: no process of its tree alive, no work dir left."""
+    """The sandbox, checked after the case: no process of a session alive, no work dir left."""
     used_tags.add(sandbox.tag)
     yield sandbox
-    assert sandbox_processes(sandbox.tag) == []
-    assert os.listdir(sandbox.work_root) == []
+    assert_clean(sandbox)
 
 
 # ---- forged verdicts -------------------------------------------------------------------------
@@ -396,12 +400,14 @@ def test_attack(guarded, sandbox_factory, used_tags, name):
     if name in NAMESPACES_ONLY and guarded.backend == "process":
         pytest.skip("would signal every process of the same uid on this machine: the documented exposure")
     source, accepted = ATTACKS[name]
-    box = sandbox_factory(guarded.backend, timeout_s=0.75) if name in HANGS else guarded
+    if name in HANGS:
+        box = sandbox_factory(guarded.backend, timeout_s=0.75, prewarm=guarded.cfg.prewarm)
+    else:
+        box = guarded
     used_tags.add(box.tag)
     outcome = judge(box, source)
     assert outcome in accepted, f"{name} on {box.backend}: {outcome}"
-    assert sandbox_processes(box.tag) == []
-    assert os.listdir(box.work_root) == []
+    assert_clean(box)
 
 
 def test_the_honest_twin_passes(guarded):
@@ -609,18 +615,22 @@ def add(a, b):
     assert _processes_running(b"sleep\0" + marker.encode()) == []
 
 
-def test_bwrap_shows_no_home_no_repo_and_no_host_tmp(sandbox_factory, used_tags):
-    box = sandbox_factory("bwrap")
+@pytest.mark.parametrize("prewarm", [True, False], ids=["prewarm", "oneshot"])
+def test_bwrap_shows_no_home_no_repo_and_no_host_tmp(sandbox_factory, used_tags, prewarm):
+    box = sandbox_factory("bwrap", prewarm=prewarm)
     used_tags.add(box.tag)
     repo = str(Path(__file__).resolve().parents[3])
     source = f"""
 import os
 def add():
-    return sorted(os.listdir("/")), os.path.exists({repo!r}), os.path.exists("/home"), sorted(os.listdir("/tmp"))
+    tmp = sorted(os.listdir("/tmp"))
+    return sorted(os.listdir("/")), os.path.exists({repo!r}), os.path.exists("/home"), tmp, os.getcwd()
 """
     with box.session(source, "add") as s:
-        top, repo_visible, home_visible, tmp = s.call()
-    assert not repo_visible and not home_visible and tmp == []
+        top, repo_visible, home_visible, tmp, cwd = s.call()
+    assert not repo_visible and not home_visible
+    # /tmp is the session's own work dir (one-shot), or holds only it (a pre-warmed runner's dir)
+    assert tmp == ([] if cwd == "/tmp" else [os.path.basename(cwd)])
     assert set(top) <= {
         "usr",
         "bin",

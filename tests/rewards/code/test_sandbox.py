@@ -10,7 +10,7 @@ import time
 import pytest
 
 from grpo_cli.rewards.code import CandidateFailure, HarnessFault, Sandbox, SandboxConfig, backends
-from tests.rewards.code.conftest import AS_ROOT, ISOLATED, sandbox_processes
+from tests.rewards.code.conftest import AS_ROOT, ISOLATED, leftovers, sandbox_processes
 
 IDENTITY = "def f(*args, **kwargs):\n    return args[0] if args else kwargs\n"
 
@@ -169,7 +169,7 @@ def test_inputs_that_are_not_plain_data_are_a_harness_fault(sandbox):
 
 
 def test_the_deadline_covers_the_whole_session(sandbox, sandbox_factory):
-    box = sandbox_factory(sandbox.backend, timeout_s=1.0)
+    box = sandbox_factory(sandbox.backend, timeout_s=1.0, prewarm=sandbox.cfg.prewarm)
     source = "import time\ndef f(t):\n    time.sleep(t)\n    return t\n"
     start = time.monotonic()
     with pytest.raises(CandidateFailure) as info:
@@ -181,7 +181,7 @@ def test_the_deadline_covers_the_whole_session(sandbox, sandbox_factory):
     assert time.monotonic() - start < box.cfg.timeout_s + 1.5
     with pytest.raises(CandidateFailure):
         s.call(0)  # a dead session stays dead
-    assert sandbox_processes(box.tag) == []
+    assert leftovers(box) == []
 
 
 def test_run_program_reads_stdin_and_captures_stdout(sandbox):
@@ -201,12 +201,13 @@ def test_run_program_reports_exit_codes_and_tracebacks_without_trusting_them(san
 
 
 def test_run_program_timeout_and_flood(sandbox, sandbox_factory):
-    hung = sandbox_factory(sandbox.backend, timeout_s=1.0).run_program("while True:\n    pass\n", "")
+    box = sandbox_factory(sandbox.backend, timeout_s=1.0, prewarm=sandbox.cfg.prewarm)
+    hung = box.run_program("while True:\n    pass\n", "")
     assert hung.timed_out and hung.exit_code is None
     with pytest.raises(CandidateFailure) as info:
         sandbox.run_program("while True:\n    print('x' * 1000)\n", "")
     assert info.value.kind == "output_flood"
-    assert sandbox_processes(sandbox.tag) == []
+    assert leftovers(sandbox) == [] and leftovers(box) == []
 
 
 def test_the_candidate_runs_unprivileged_with_a_minimal_environment(sandbox):
