@@ -44,7 +44,7 @@ def run_score(cfg: ScoreConfig) -> float:
         raise GrpoError(f"invalid value batch_size={cfg.batch_size}: must be at least 1")
     if not cfg.reward.functions:
         raise GrpoError("reward.functions is empty: choose a reward, e.g. reward=math")
-    sources = resolve_reward_sources(cfg.reward.functions)
+    sources = resolve_reward_sources(cfg.reward.functions, sandbox=cfg.sandbox)
     diagnostics = reward_diagnostics(sources)  # e.g. the sandbox backend, also in score_summary.json
     fusion = RewardFusion(sources, cfg.reward.max_consecutive_failures, cfg.reward.aggregation)
     with RewardExecutor(cfg.reward.num_workers, cfg.reward.timeout_s) as executor:

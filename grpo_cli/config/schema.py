@@ -71,6 +71,20 @@ class RewardConfig:
 
 
 @dataclass
+class SandboxSettings:
+    """`sandbox.*`: where rewards that run model-written code run it (DESIGN.md §6). A reward
+    function that declares `takes_sandbox_settings` gets these as keyword defaults; its own
+    `kwargs` win."""
+
+    backend: str = "auto"  # auto | bwrap | unshare | process
+    require_isolation: bool = False  # refuse to start without namespaces
+    timeout_s: float = 5.0  # wall clock per sandboxed run
+    memory_mb: int = 512  # address-space limit of a sandboxed run
+    workers: int = 2  # runs at once (at most the cores)
+    prewarm: bool = True  # fork each run from a pre-warmed runner
+
+
+@dataclass
 class CurriculumPhase:
     until: float = 1.0
     weights: dict[str, float] = field(default_factory=dict)
@@ -157,6 +171,7 @@ class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
@@ -176,5 +191,6 @@ class ScoreConfig:
     summary: str | None = None  # None: score_summary.json next to the output
     batch_size: int = 64  # prompts (groups) scored per batch: the memory bound
     reward: RewardConfig = field(default_factory=RewardConfig)
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
     data: DataConfig = field(default_factory=DataConfig)  # unused: reward options may select data
     algo: AlgoConfig = field(default_factory=AlgoConfig)

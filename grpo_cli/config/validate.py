@@ -27,6 +27,7 @@ CHOICES = {
     "rollout.backend": ("hf",),
     "curriculum.name": ("constant",),
     "reward.aggregation": ("weighted_mean", "normalize_then_sum"),
+    "sandbox.backend": ("auto", "bwrap", "unshare", "process"),
 }
 
 
@@ -123,6 +124,12 @@ def validate(cfg: TrainConfig) -> list[str]:
             cfg.algo.mini_batches,
             "cannot exceed train.prompts_per_step (mini-batches hold whole groups)",
         )
+    if cfg.sandbox.timeout_s <= 0:
+        _fail("sandbox.timeout_s", cfg.sandbox.timeout_s, "must be > 0")
+    if cfg.sandbox.memory_mb < 32:
+        _fail("sandbox.memory_mb", cfg.sandbox.memory_mb, "must be at least 32 (the interpreter alone needs ~10)")
+    if cfg.sandbox.workers < 1:
+        _fail("sandbox.workers", cfg.sandbox.workers, "must be at least 1")
     if cfg.reward.max_consecutive_failures < 1:
         _fail("reward.max_consecutive_failures", cfg.reward.max_consecutive_failures, "must be at least 1")
     if cfg.reward.num_workers < 0:

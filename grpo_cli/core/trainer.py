@@ -94,7 +94,9 @@ class GRPOTrainer:
         elif cfg.model.kind == "tiny" and pick_device(cfg.train.device).type == "cpu":
             torch.set_num_threads(1)  # tiny ops are too small to split; threads only contend
         # Reward functions resolve first: a wrong import path fails before any model loads.
-        self.reward_sources = resolve_reward_sources(cfg.reward.functions, device=cfg.train.device)
+        self.reward_sources = resolve_reward_sources(
+            cfg.reward.functions, device=cfg.train.device, sandbox=getattr(cfg, "sandbox", None)
+        )
         self.train_examples, self.eval_examples = split_examples(
             load_examples(cfg.data), cfg.data.eval_fraction, cfg.data.seed
         )

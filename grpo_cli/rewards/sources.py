@@ -6,6 +6,7 @@ builtin name or an import path, or a local reward model behind the same signatur
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import pickle
@@ -125,12 +126,22 @@ def _validate(specs: list[Any]) -> None:
             raise GrpoError(f"reward '{spec.name}': set target (a function) or model_path (a reward model)")
 
 
-def resolve_reward_sources(specs: list[Any], device: str = "auto") -> list[RewardSource]:
+def _settings(section: Any) -> dict[str, Any]:
+    if section is None:
+        return {}
+    if dataclasses.is_dataclass(section):
+        return dataclasses.asdict(section)
+    return {str(key): section[key] for key in section}  # a dict or an OmegaConf section
+
+
+def resolve_reward_sources(specs: list[Any], device: str = "auto", sandbox: Any = None) -> list[RewardSource]:
     """Resolve config specs (name, target, weight, kwargs; optionally normalize, fallback,
     timeout_s, parallel, model_path, device, batch_size) into sources.
 
     `device` is where reward models go when a spec names none (the trainer passes the policy's).
     `normalize` unset (None) means `zscore` for reward models (unbounded logits) and `none` otherwise.
+    `sandbox` (the `sandbox.*` section) gives keyword defaults to functions that run code: those
+    with a true `takes_sandbox_settings` attribute; a spec's own `kwargs` win.
     """
     _validate(specs)
     sources = []
@@ -151,6 +162,8 @@ def resolve_reward_sources(specs: list[Any], device: str = "auto") -> list[Rewar
         else:
             fn = _import_target(spec.target)
             _check_signature(spec.name, fn)
+            if getattr(fn, "takes_sandbox_settings", False):
+                kwargs = {**_settings(sandbox), **kwargs}
             default_normalize = "none"
             if parallel:
                 _check_picklable(spec.name, fn, kwargs)

@@ -25,13 +25,24 @@ def test_require_isolation_refuses_to_start_on_the_plain_process_backend(tmp_pat
         "train",
         "reward=code",
         "debug=smoke",
-        "reward.functions.1.kwargs.backend=process",
-        "reward.functions.1.kwargs.require_isolation=true",
+        "sandbox.backend=process",
+        "sandbox.require_isolation=true",
         f"hydra.run.dir={tmp_path / 'run'}",
     )
     assert result.returncode != 0
     assert "code_tests" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "run" / "tiny_model").exists()  # refused before any model was built
+
+
+def test_the_sandbox_section_picks_the_backend_and_a_bad_value_names_its_key(tmp_path):
+    run_dir = tmp_path / "run"
+    args = ("train", "reward=code", "debug=smoke", f"hydra.run.dir={run_dir}")
+    result = run_grpo(*args, "sandbox.backend=process", "sandbox.prewarm=false", "sandbox.workers=1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((run_dir / "summary.json").read_text())["sandbox_backend"] == "process"
+    bad = run_grpo(*args, "sandbox.backend=docker")
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr
+    assert "sandbox.backend='docker'" in bad.stderr and "auto, bwrap, unshare, process" in bad.stderr
 
 
 def test_score_summary_names_the_backend(tmp_path):

@@ -381,8 +381,9 @@ def code_tests(
     `io` (share of stdin/stdout cases). A row without tests scores None (nothing to judge).
 
     Source that does not compile scores 0 here without starting a process. The sandbox settings
-    come from the reward's `kwargs`; completions run in parallel on `workers` threads, and the
-    batch gets `batch_timeout_s` of wall clock in all.
+    come from the config's `sandbox.*` section, overridden by the reward's own `kwargs`;
+    completions run in parallel on `workers` threads, and the batch gets `batch_timeout_s` of
+    wall clock in all.
 
     >>> code_tests(["def inc(x):\\n"], ["    return x +\\n"], entry_point=["inc"], test_list=[["assert inc(1) == 2"]])
     [0.0]
@@ -431,3 +432,4 @@ def _code_tests_diagnostics(
 
 
 code_tests.diagnostics = _code_tests_diagnostics  # type: ignore[attr-defined]
+code_tests.takes_sandbox_settings = True  # type: ignore[attr-defined]  # `sandbox.*` fills its kwargs

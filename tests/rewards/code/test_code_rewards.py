@@ -224,3 +224,20 @@ def test_smoke_run_with_the_code_reward(tmp_path) -> None:
     assert len(metrics) == 2
     for name in ("code_compiles", "code_tests", "code_style", "code_similarity"):
         assert all(m[f"reward/{name}/nan_frac"] == 0.0 for m in metrics), name  # random text scores 0, not None
+
+
+def test_the_sandbox_section_fills_code_tests_kwargs_and_the_reward_kwargs_win() -> None:
+    from hydra import compose, initialize_config_module
+
+    from grpo_cli.config.store import register_schemas
+    from grpo_cli.rewards import resolve_reward_sources
+
+    register_schemas()
+    overrides = ["reward=code", "sandbox.timeout_s=3", "sandbox.prewarm=false", "+reward.functions.1.kwargs.workers=1"]
+    with initialize_config_module("grpo_cli.conf", version_base=None):
+        cfg = compose(config_name="train", overrides=overrides)
+    sources = {s.name: s for s in resolve_reward_sources(cfg.reward.functions, sandbox=cfg.sandbox)}
+    tests_kwargs = sources["code_tests"].kwargs
+    assert tests_kwargs["timeout_s"] == 3 and tests_kwargs["prewarm"] is False and tests_kwargs["backend"] == "auto"
+    assert tests_kwargs["workers"] == 1  # the reward's own kwargs beat sandbox.workers (2)
+    assert "timeout_s" not in sources["code_style"].kwargs  # only functions that run code get the section
