@@ -105,6 +105,7 @@ class Child:
         self.backend = runtime.backend
         self.cap = cap
         self.received = 0
+        self.flooded = False  # past the cap: Flood was raised once; later output is read and dropped
         self.buffers = {"proto": bytearray(), "stdout": bytearray(), "stderr": bytearray()}
         self.open_streams: set[str] = set()
         self.outbox = bytearray()
@@ -225,8 +226,11 @@ class Child:
             self.selector.unregister(fd)
             self.open_streams.discard(name)
             return
+        if self.flooded:
+            return
         self.received += len(chunk)
         if self.received > self.cap:
+            self.flooded = True
             raise Flood()
         self.buffers[name] += chunk
 

@@ -128,14 +128,18 @@ def f():
     assert box.server_pids() == runners
 
 
-def test_a_timeout_costs_the_session_not_the_runner(sandbox_factory):
-    box = sandbox_factory("process", prewarm=True, timeout_s=0.5)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_timeout_or_a_flood_costs_the_session_not_the_runner(sandbox_factory, backend):
+    """The runner kills the worker and stays: a hostile completion costs its timeout, not a restart."""
+    box = sandbox_factory(backend, prewarm=True, timeout_s=0.5)
     call(box, "def f():\n    return 0\n")
     runners = box.server_pids()
     stubborn = "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ndef f():\n    while True:\n        pass\n"
-    with pytest.raises(CandidateFailure) as info:
-        call(box, stubborn)
-    assert info.value.kind == "timeout"
+    flood = "import os\ndef f():\n    while True:\n        os.write(1, b'x' * 65536)\n"
+    for source, kind in ((stubborn, "timeout"), (flood, "output_flood")):
+        with pytest.raises(CandidateFailure) as info:
+            call(box, source)
+        assert info.value.kind == kind
     assert call(box, "def f():\n    return 1\n") == 1
     assert box.server_pids() == runners
     assert_clean(box)
