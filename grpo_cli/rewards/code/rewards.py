@@ -240,16 +240,21 @@ def code_similarity(
 class _Candidate:
     """What trusted test code sees as the candidate function: every call goes to the sandbox.
 
-    A harness fault is remembered, so test code that swallows exceptions cannot hide it.
+    A harness fault is remembered, so test code that swallows exceptions cannot hide it. So is
+    the score at the first fatal failure (timeout, crash, flood, protocol): from then on every
+    call raises, and a unit like `try: candidate(-1) except Exception: pass` (meant to check that
+    the candidate raises) must not pass because the candidate hung or died instead.
     """
 
-    def __init__(self, session: Any, name: str) -> None:
+    def __init__(self, session: Any, name: str, progress: Callable[[], int] = lambda: 0) -> None:
         self._session = session
         self.__name__ = name
         self.fault: BaseException | None = None
+        self.passed_before_death: int | None = None
+        self._progress = progress
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from grpo_cli.rewards.code.sandbox import HarnessFault
+        from grpo_cli.rewards.code.sandbox import CandidateFailure, HarnessFault
 
         if self.fault is not None:
             raise self.fault
@@ -258,15 +263,19 @@ class _Candidate:
         except HarnessFault as err:
             self.fault = err
             raise
+        except CandidateFailure as err:
+            if err.kind != "raised" and self.passed_before_death is None:
+                self.passed_before_death = self._progress()
+            raise
 
 
 def _run_check(sandbox: Any, program: str, entry_point: str, test: str) -> float:
     """HumanEval `check(candidate)`, exec'd here (trusted dataset code): the share of its
     assert-holding statements that pass (see `check_units`)."""
     source, units = check_units(test)
+    namespace: dict[str, Any] = {PASSED: 0, "__name__": "__grpo_check__"}
     with sandbox.session(program, entry_point) as session:
-        candidate = _Candidate(session, entry_point)
-        namespace: dict[str, Any] = {PASSED: 0, "__name__": "__grpo_check__"}
+        candidate = _Candidate(session, entry_point, lambda: namespace[PASSED])
         exec(compile(source, "<test>", "exec"), namespace)
         try:
             namespace["check"](candidate)
@@ -275,6 +284,8 @@ def _run_check(sandbox: Any, program: str, entry_point: str, test: str) -> float
             returned = False
     if candidate.fault is not None:
         raise candidate.fault
+    if candidate.passed_before_death is not None:  # units "passed" after the session died do not count
+        return candidate.passed_before_death / units if units else 0.0
     return namespace[PASSED] / units if units else float(returned)
 
 

@@ -100,6 +100,24 @@ def test_check_scores_the_share_of_assert_statements_that_pass() -> None:
     assert _run([task], [one_pass]) == [0.5]
 
 
+def test_a_check_that_swallows_exceptions_gets_no_units_from_a_dead_session() -> None:
+    test = (
+        "def check(candidate):\n"
+        "    assert candidate(2) == 4\n"
+        "    assert candidate(3) == 9\n"
+        "    try:\n"  # meant to check that negative input raises
+        "        candidate(-1)\n"
+        "        assert False\n"
+        "    except Exception:\n"
+        "        pass\n"
+    )
+    task = {"prompt": "def sq(x):\n", "entry_point": "sq", "test": test, "test_list": None, "io": None}
+    honest = "    if x < 0:\n        raise ValueError(x)\n    return x * x\n"
+    hangs_on_3 = "    while x == 3:\n        pass\n    if x < 0:\n        raise ValueError(x)\n    return x * x\n"
+    # the second unit times out; the third would "pass" on the dead session's exception
+    assert _run([task, task], [honest, hangs_on_3], timeout_s=1.0) == [1.0, 1 / 3]
+
+
 def test_mbpp_asserts_compare_strictly_in_the_parent() -> None:
     task = _task("same_letters")  # `== True` / `== False`: an int 1 is not True
     as_ints = (
