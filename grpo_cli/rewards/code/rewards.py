@@ -12,6 +12,7 @@ capped input. Importing this module starts nothing: the sandbox is built on the 
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import math
 import re
 import threading
@@ -44,29 +45,17 @@ _SANDBOX_LOCK = threading.Lock()
 # ---- the sandbox, built lazily -----------------------------------------------------------
 
 
-def _sandbox(
-    backend: str = "auto",
-    require_isolation: bool = False,
-    timeout_s: float = 5.0,
-    memory_mb: int = 512,
-    workers: int = 1,
-    prewarm: bool = True,
-) -> Any:
-    """The process's Sandbox for these settings; probing the backend happens once, here."""
-    key = (str(backend), bool(require_isolation), float(timeout_s), int(memory_mb), int(workers), bool(prewarm))
+def _sandbox(**settings: Any) -> Any:
+    """The process's Sandbox for these settings (the `SandboxConfig` fields among them; data
+    columns and other kwargs are ignored). Probing the backend happens once, here."""
+    from grpo_cli.rewards.code.sandbox import Sandbox, SandboxConfig  # only when code is judged
+
+    names = [f.name for f in dataclasses.fields(SandboxConfig)]
+    config = SandboxConfig(**{name: settings[name] for name in names if name in settings})
+    key = dataclasses.astuple(config)
     with _SANDBOX_LOCK:
         sandbox = _SANDBOXES.get(key)
         if sandbox is None:
-            from grpo_cli.rewards.code.sandbox import Sandbox, SandboxConfig  # only when code is judged
-
-            config = SandboxConfig(
-                backend=key[0],
-                require_isolation=key[1],
-                timeout_s=key[2],
-                memory_mb=key[3],
-                workers=key[4],
-                prewarm=key[5],
-            )
             sandbox = _SANDBOXES[key] = Sandbox(config)  # a HarnessFault here is not cached: retried next batch
     return sandbox
 
@@ -378,23 +367,17 @@ def code_tests(
     test_list: list[list[str] | None] | None = None,
     io: list[list[dict[str, str]] | None] | None = None,
     *,
-    backend: str = "auto",
-    require_isolation: bool = False,
-    timeout_s: float = 5.0,
-    memory_mb: int = 512,
-    workers: int = 1,
-    prewarm: bool = True,
     batch_timeout_s: float = BATCH_TIMEOUT_S,
-    **_: Any,
+    **settings: Any,
 ) -> list[float | None]:
     """Unit-test pass rate in the sandbox, 0-1, from whichever test shape the row has:
     `test` (share of check()'s assert statements that pass), `test_list` (share of asserts) or
     `io` (share of stdin/stdout cases). A row without tests scores None (nothing to judge).
 
     Source that does not compile scores 0 here without starting a process. The sandbox settings
-    come from the config's `sandbox.*` section, overridden by the reward's own `kwargs`;
-    completions run in parallel on `workers` threads, and the batch gets `batch_timeout_s` of
-    wall clock in all.
+    (`SandboxConfig`: backend, require_isolation, timeout_s, memory_mb, workers, prewarm) come
+    from the config's `sandbox.*` section, overridden by the reward's own `kwargs`; completions
+    run in parallel on `workers` threads, and the batch gets `batch_timeout_s` of wall clock in all.
 
     >>> code_tests(["def inc(x):\\n"], ["    return x +\\n"], entry_point=["inc"], test_list=[["assert inc(1) == 2"]])
     [0.0]
@@ -418,7 +401,7 @@ def code_tests(
     from grpo_cli.rewards.code.sandbox import HarnessFault
 
     try:
-        sandbox = _sandbox(backend, require_isolation, timeout_s, memory_mb, workers, prewarm)
+        sandbox = _sandbox(**settings)
     except HarnessFault:
         return scores  # the sandbox cannot start: every sample that needed it is unscored (None)
     # No more sessions at once than the sandbox's workers: RLIMIT_NPROC is shared by all of them.
@@ -427,19 +410,10 @@ def code_tests(
     return scores
 
 
-def _code_tests_diagnostics(
-    backend: str = "auto",
-    require_isolation: bool = False,
-    timeout_s: float = 5.0,
-    memory_mb: int = 512,
-    workers: int = 1,
-    prewarm: bool = True,
-    **_: Any,
-) -> dict[str, Any]:
+def _code_tests_diagnostics(**settings: Any) -> dict[str, Any]:
     """Start-up diagnostics: builds the sandbox now, so its backend is known (and shown) before the
     first batch, and require_isolation refuses to start rather than scoring None for ever."""
-    settings = {"require_isolation": require_isolation, "timeout_s": timeout_s, "memory_mb": memory_mb}
-    return {"sandbox_backend": sandbox_backend(backend=backend, workers=workers, prewarm=prewarm, **settings)}
+    return {"sandbox_backend": sandbox_backend(**settings)}
 
 
 code_tests.diagnostics = _code_tests_diagnostics  # type: ignore[attr-defined]

@@ -20,6 +20,7 @@ import array
 import contextlib
 import json
 import logging
+import marshal
 import os
 import selectors
 import signal
@@ -92,8 +93,7 @@ class RunnerServer:
         return self.ctrl.fileno()
 
     def _send(self, message: dict, fds: list[int] | None = None) -> None:
-        data = runner.frame(message)
-        data = data[data.index(b"\n") + 1 :]  # SOCK_SEQPACKET keeps the boundaries: no length line
+        data = marshal.dumps(message, 4)  # SOCK_SEQPACKET keeps message boundaries: no length prefix
         ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
         self.ctrl.sendmsg([data], ancillary)
 
@@ -241,21 +241,18 @@ class ServerPool:
         self.release(self.acquire())
 
     def acquire(self) -> RunnerServer:
-        with self._lock:
-            if self._closed:
-                raise HarnessFault("the sandbox is closed")
-            while self._idle:
+        """An idle server that is still alive, or a new one."""
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise HarnessFault("the sandbox is closed")
+                if not self._idle:
+                    break
                 server = self._idle.pop()
                 if server.alive():
                     return server
                 self._all.discard(server)
-                stale = server
-                break
-            else:
-                stale = None
-        if stale is not None:
-            stale.close()
-            return self.acquire()
+            server.close()  # died while idle (say, the OOM killer): discard it, try the next
         server = RunnerServer(self.runtime, self.root)
         with self._lock:
             self._all.add(server)
@@ -284,10 +281,6 @@ class ServerPool:
         with self._lock:
             servers = list(self._all)
         return {pid for server in servers for pid in server.pids()}
-
-    def idle(self) -> int:
-        with self._lock:
-            return len(self._idle)
 
     def stop_idle(self) -> None:
         """Close the idle servers (they start again on demand)."""

@@ -21,18 +21,23 @@ AS_ROOT = os.geteuid() == 0
 TIMEOUT_S = 2.0
 
 
-def sandbox_processes(tag: str) -> list[int]:
-    """Live processes whose command line carries the sandbox's tag (every runner and every fork of it)."""
+def processes_running(needle: bytes) -> list[int]:
+    """Live processes whose command line (arguments joined by NUL bytes) contains `needle`."""
     found = []
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
                 with open(f"/proc/{name}/cmdline", "rb") as f:
-                    if tag.encode() in f.read():
+                    if needle in f.read():
                         found.append(int(name))
             except OSError:
                 continue
     return found
+
+
+def sandbox_processes(tag: str) -> list[int]:
+    """Live processes whose command line carries the sandbox's tag (every runner and every fork of it)."""
+    return processes_running(tag.encode())
 
 
 def leftovers(box: Sandbox) -> list[int]:

@@ -20,7 +20,14 @@ from pathlib import Path
 import pytest
 
 from grpo_cli.rewards.code import CandidateFailure, Sandbox
-from tests.rewards.code.conftest import AS_ROOT, ISOLATED, assert_clean, open_fds, processes_of_uid
+from tests.rewards.code.conftest import (
+    AS_ROOT,
+    ISOLATED,
+    assert_clean,
+    open_fds,
+    processes_of_uid,
+    processes_running,
+)
 
 CASES = (((1, 2), 3), ((5, 7), 12))  # the trusted (inputs, expected) pairs; the sandbox never sees the second half
 
@@ -588,19 +595,6 @@ def add():
         assert outcome == "PermissionError"
 
 
-def _processes_running(needle: bytes) -> list[int]:
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/cmdline", "rb") as f:
-                    if needle in f.read():
-                        found.append(int(name))
-            except OSError:
-                continue
-    return found
-
-
 def test_an_execed_daemon_in_its_own_session_is_killed(guarded):
     """`sleep` in a new session carries neither the sandbox's tag nor its process group."""
     marker = f"{os.getpid() % 1000}.{len(guarded.tag)}7"  # an unusual duration to find it by
@@ -612,7 +606,7 @@ def add(a, b):
     return a + b
 """
     assert judge(guarded, source) == "pass"
-    assert _processes_running(b"sleep\0" + marker.encode()) == []
+    assert processes_running(b"sleep\0" + marker.encode()) == []
 
 
 @pytest.mark.parametrize("prewarm", [True, False], ids=["prewarm", "oneshot"])
