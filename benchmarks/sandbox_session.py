@@ -39,7 +39,8 @@ def main() -> None:
         figures = {}
         for prewarm in (True, False):
             try:
-                with Sandbox(SandboxConfig(backend=backend, timeout_s=5, prewarm=prewarm)) as box:
+                # workers=1: sessions here run one after another
+                with Sandbox(SandboxConfig(backend=backend, timeout_s=5, workers=1, prewarm=prewarm)) as box:
                     times = sorted(session_ms(box, args.sessions))
             except HarnessFault as err:
                 print(f"| {backend} | unavailable: {str(err)[:80]} | | | | |")

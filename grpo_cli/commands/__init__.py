@@ -1,1 +1,44 @@
-"""One small module per subcommand: compose the config, run the stages, print and write files."""
+"""The subcommand table: one record per subcommand, which the dispatcher, `grpo --help`, the
+ConfigStore and the Hydra entry point all loop over. A new subcommand is one module and one row.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grpo_cli.config.schema import ScoreConfig, TrainConfig
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    name: str  # `grpo NAME`; also the primary config conf/NAME.yaml and the schema NAME_schema
+    schema: type  # the dataclass its config composes onto
+    help: str  # one line in `grpo --help`
+    run: str  # "module:function" taking (config object, run directory) and returning the objective
+
+    @property
+    def schema_name(self) -> str:
+        return f"{self.name}_schema"
+
+    def load(self) -> Callable[[Any, Path], float]:
+        """Imported only when this subcommand runs: `grpo --help` must not pay for torch."""
+        module, function = self.run.split(":")
+        return getattr(importlib.import_module(module), function)
+
+
+SUBCOMMANDS = (
+    Subcommand(
+        "train", TrainConfig, "GRPO training: rollout, score, advantage, update", "grpo_cli.commands.train:run_train"
+    ),
+    Subcommand(
+        "score",
+        ScoreConfig,
+        "score a rollouts jsonl: per-function rewards, fused reward, advantages",
+        "grpo_cli.commands.score:run_score",
+    ),
+)
+BY_NAME = {sub.name: sub for sub in SUBCOMMANDS}

@@ -6,6 +6,7 @@ with the nearest valid key suggested for typos.
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -30,12 +31,38 @@ def _config_groups(extra_dirs: list[str]) -> set[str]:
     return groups
 
 
-def _check_mapping(node: dict, prefix: str, schema: type) -> None:
-    for name, value in node.items():
-        key = f"{prefix}{name}"
-        check_key(key, schema)
-        if isinstance(value, dict):
-            _check_mapping(value, key + ".", schema)
+def _check_node(node: object, prefix: str, schema: type) -> None:
+    """Every key of a YAML mapping, into nested mappings and lists of mappings (reward.functions)."""
+    if isinstance(node, dict):
+        for name, value in node.items():
+            key = f"{prefix}{name}"
+            check_key(key, schema)
+            _check_node(value, key + ".", schema)
+    elif isinstance(node, list):
+        for i, item in enumerate(node):
+            if isinstance(item, (dict, list)):
+                _check_node(item, f"{prefix}{i}.", schema)
+
+
+def _load_yaml(path: Path) -> object:
+    try:
+        return yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise GrpoError(f"{path}: invalid YAML: {err}") from None
+
+
+def _check_file(path: Path, prefix: str, schema: type) -> object:
+    """The keys of one config file whose body lands under `prefix`, errors naming the file;
+    returns the loaded file."""
+    node = _load_yaml(path)
+    if not isinstance(node, dict):
+        return node
+    body = {k: v for k, v in node.items() if k not in ("defaults", "hydra")}
+    try:
+        _check_node(body, prefix, schema)
+    except GrpoError as err:
+        raise GrpoError(f"{path}: {err}") from None
+    return node
 
 
 def check_primary_config(config_dir: str, config_name: str, schema: type) -> None:
@@ -46,17 +73,25 @@ def check_primary_config(config_dir: str, config_name: str, schema: type) -> Non
     path = Path(config_dir) / (config_name if config_name.endswith(".yaml") else f"{config_name}.yaml")
     if not path.is_file():
         return  # Hydra reports a missing config with the search path
-    try:
-        node = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise GrpoError(f"{path}: invalid YAML: {err}") from None
-    if not isinstance(node, dict):
+    node = _check_file(path, "", schema)
+    defaults = node.get("defaults", []) if isinstance(node, dict) else []
+    for entry in defaults if isinstance(defaults, list) else []:
+        # `- override reward: mine` / `- reward: mine`: the user's own option files, checked too
+        if isinstance(entry, dict) and len(entry) == 1:
+            ((group, option),) = entry.items()
+            group = str(group).removeprefix("override ").lstrip("/")
+            if isinstance(option, str) and re.fullmatch(r"[\w/]+", group) and not group.startswith("hydra"):
+                check_group_option(config_dir, group, option, schema)
+
+
+def check_group_option(config_dir: str, group: str, option: str, schema: type) -> None:
+    """A group option from a user's --config-dir (reward=mine: DIR/reward/mine.yaml), keys under
+    `group.`. Hydra rejects its typos as well, but names the key without its path or a suggestion.
+    A file with its own `# @package` line lands elsewhere and is left to Hydra."""
+    path = Path(config_dir) / group / f"{option}.yaml"
+    if not path.is_file() or "# @package" in path.read_text():
         return
-    body = {k: v for k, v in node.items() if k not in ("defaults", "hydra")}
-    try:
-        _check_mapping(body, "", schema)
-    except GrpoError as err:
-        raise GrpoError(f"{path}: {err}") from None
+    _check_file(path, group.replace("/", ".") + ".", schema)
 
 
 def check_overrides(argv: list[str], schema: type) -> None:
@@ -73,5 +108,10 @@ def check_overrides(argv: list[str], schema: type) -> None:
         if key == "hydra" or key.startswith("hydra.") or key.startswith("hydra/"):
             continue
         if key in groups and not override.is_delete():
-            continue  # a group choice such as model=hf
+            # a group choice such as model=hf, or a sweep over several (reward=a,b)
+            options = override.sweep_string_iterator() if override.is_choice_sweep() else [override.value()]
+            for option in options if args.config_dir else []:
+                if isinstance(option, str):
+                    check_group_option(args.config_dir, key, option, schema)
+            continue
         check_key(key, schema)

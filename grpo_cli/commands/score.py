@@ -5,19 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import hydra
-from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
-from grpo_cli.commands.errors import report_user_errors
 from grpo_cli.config.schema import ScoreConfig
-from grpo_cli.config.store import register_schemas
 from grpo_cli.errors import GrpoError
 from grpo_cli.rewards import RewardExecutor, RewardFusion, resolve_reward_sources, reward_diagnostics
-from grpo_cli.rewards.score_file import score_rollouts_file
-
-register_schemas()
+from grpo_cli.scoring import score_rollouts_file
 
 
 def summary_table(summary: dict) -> Table:
@@ -36,8 +30,11 @@ def summary_table(summary: dict) -> Table:
     return table
 
 
-def run_score(cfg: ScoreConfig) -> float:
-    """Returns the mean fused reward (the objective, for sweeps over reward settings)."""
+def run_score(cfg: ScoreConfig, run_dir: Path | None = None) -> float:
+    """Returns the mean fused reward (the objective, for sweeps over reward settings).
+
+    `run_dir` is unused: score writes only the files it is asked to.
+    """
     if not cfg.input or not cfg.output:
         raise GrpoError("grpo score needs input=ROLLOUTS.jsonl and output=SCORED.jsonl")
     if cfg.batch_size < 1:
@@ -47,9 +44,21 @@ def run_score(cfg: ScoreConfig) -> float:
     sources = resolve_reward_sources(cfg.reward.functions, sandbox=cfg.sandbox)
     diagnostics = reward_diagnostics(sources)  # e.g. the sandbox backend, also in score_summary.json
     fusion = RewardFusion(sources, cfg.reward.max_consecutive_failures, cfg.reward.aggregation)
+    count_tokens = None
+    if cfg.tokenizer:
+        from grpo_cli.models import load_tokenizer  # transformers only when asked to count
+
+        tokenizer = load_tokenizer(cfg.tokenizer)
+        count_tokens = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
     with RewardExecutor(cfg.reward.num_workers, cfg.reward.timeout_s) as executor:
         summary = score_rollouts_file(
-            Path(cfg.input), Path(cfg.output), sources, fusion, executor, cfg.algo.scale_rewards, cfg.batch_size
+            Path(cfg.input),
+            Path(cfg.output),
+            fusion,
+            executor,
+            cfg.algo.scale_rewards,
+            cfg.batch_size,
+            count_tokens,
         )
     summary.update(diagnostics)
     summary_path = Path(cfg.summary) if cfg.summary else Path(cfg.output).with_name("score_summary.json")
@@ -63,8 +72,3 @@ def run_score(cfg: ScoreConfig) -> float:
     console.print(f"wrote {cfg.output} and {summary_path}", highlight=False, soft_wrap=True)
     mean = summary["reward"]["mean"]
     return float("nan") if mean is None else mean
-
-
-@hydra.main(version_base=None, config_path="pkg://grpo_cli.conf", config_name="score")
-def main(cfg: DictConfig) -> float:
-    return report_user_errors(lambda: run_score(OmegaConf.to_object(cfg)))

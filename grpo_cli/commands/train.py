@@ -1,4 +1,4 @@
-"""`grpo train`: compose the config, run the GRPO loop, write the run directory."""
+"""`grpo train`: run the GRPO loop on the composed config and write the run directory."""
 
 from __future__ import annotations
 
@@ -7,56 +7,46 @@ import sys
 import time
 from pathlib import Path
 
-import hydra
 import transformers
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 from rich.console import Console
 
-from grpo_cli.commands.errors import report_user_errors
-from grpo_cli.config import TrainConfig, apply_smoke, validate
-from grpo_cli.config.store import register_schemas
+from grpo_cli.config import TrainConfig, apply_smoke
 from grpo_cli.core.checkpoint import latest_checkpoint
-from grpo_cli.core.trainer import GRPOTrainer
 from grpo_cli.monitor import CompletionLog, MetricsFile, TrainingConsole, summary_table, write_summary
+from grpo_cli.stats import nanmean
+from grpo_cli.training import GRPOTrainer
 
 log = logging.getLogger("grpo")
 EXIT_INTERRUPTED = 130  # the shell's code for SIGINT
-register_schemas()
 transformers.utils.logging.disable_progress_bar()  # the rich bar is the one progress display
 
 
 def _mean(rows: list[dict], key: str) -> float | None:
-    vals = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
-    return sum(vals) / len(vals) if vals else None
+    value = nanmean([r[key] for r in rows if isinstance(r.get(key), (int, float))])
+    return None if value != value else value  # NaN: no figure
 
 
 def run_train(cfg: TrainConfig, run_dir: Path) -> float:
     """The task function: returns the last-10-steps mean reward, the objective sweepers use."""
     if cfg.debug.smoke:
         apply_smoke(cfg)
-    for warning in validate(cfg):
-        log.warning(warning)
+    console = Console(stderr=True)
+    metrics_file = MetricsFile(run_dir / "metrics.jsonl")
+    progress = TrainingConsole(cfg.train.steps, console, enabled=cfg.monitor.progress)
+    observers = [metrics_file, CompletionLog(run_dir / "completions", cfg.monitor.log_completions_every), progress]
+    trainer = GRPOTrainer(cfg, run_dir, observers)
+    start = time.perf_counter()
+    trainer.setup()  # validates first: a bad value fails before any model is built
     run_dir.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(OmegaConf.structured(cfg), run_dir / "config.yaml")
-
-    console = Console(stderr=True)
-    trainer = GRPOTrainer(cfg, run_dir)
-    start = time.perf_counter()
-    trainer.setup()  # before opening metrics.jsonl: a resume trims the steps it will redo
     if trainer.resumed_from:
         log.info("resuming from %s (step %d)", trainer.resumed_from, trainer.step_index)
     log.info("run directory: %s", run_dir)
     for key, value in trainer.reward_diagnostics.items():
         log.info("%s: %s", key.replace("_", " "), value)
-    metrics_file = MetricsFile(run_dir / "metrics.jsonl")
     try:
-        with TrainingConsole(cfg.train.steps, console, enabled=cfg.monitor.progress) as progress:
-            trainer.callbacks = [
-                metrics_file,
-                CompletionLog(run_dir / "completions", cfg.monitor.log_completions_every),
-                progress,
-            ]
+        with progress:
             history = trainer.train()
         checkpoint = trainer.save()
     except KeyboardInterrupt:
@@ -78,19 +68,10 @@ def run_train(cfg: TrainConfig, run_dir: Path) -> float:
         "reward_first10": _mean(history[:10], "reward/mean"),
         "reward_last10": _mean(history[-10:], "reward/mean"),
         "final_checkpoint": str(checkpoint),
+        **trainer.prompt_budget.summary(),
         **trainer.reward_diagnostics,
     }
     write_summary(run_dir / "summary.json", summary)
     console.print(summary_table(summary, history))
     trainer.cleanup()
     return summary["reward_last10"] if summary["reward_last10"] is not None else float("nan")
-
-
-def _to_schema(cfg: DictConfig) -> TrainConfig:
-    return OmegaConf.to_object(cfg)
-
-
-@hydra.main(version_base=None, config_path="pkg://grpo_cli.conf", config_name="train")
-def main(cfg: DictConfig) -> float:
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    return report_user_errors(lambda: run_train(_to_schema(cfg), run_dir))

@@ -1,7 +1,11 @@
 """Typed schema of every config key.
 
-The dataclasses are the single source of truth for names, types and defaults. They import
-nothing from Hydra so the core can take them as plain arguments; `store.py` registers them.
+The dataclasses are the single source of truth for names and types, and their defaults are the
+default run: `TrainConfig()` equals what `grpo train` composes with no overrides (conf/train.yaml
+and each group's default option), `ScoreConfig()` what `grpo score` composes; the YAML files
+repeat the values with comments for users to read, and tests/config/test_defaults.py keeps the
+two in step. They import nothing from Hydra so the core can take them as plain arguments;
+`store.py` registers them.
 """
 
 from __future__ import annotations
@@ -37,12 +41,13 @@ class DataConfig:
     path: str | None = None
     prompt_field: str = "prompt"
     num_examples: int = 2000
-    max_operand: int = 20
+    max_operand: int = 9
     operations: list[str] = field(default_factory=lambda: ["+"])
     max_examples: int = 0  # 0: all
     eval_fraction: float = 0.1
     fraction: float = 1.0
-    max_prompt_tokens: int = 512
+    max_prompt_tokens: int = 64  # clamped at start-up to the model's context minus rollout.max_new_tokens
+    on_long_prompt: str = "truncate_left"  # truncate_left | skip | error: a prompt over max_prompt_tokens
     seed: int = 0
 
 
@@ -51,7 +56,8 @@ class RewardFunctionConfig:
     name: str = "???"
     target: str | None = None  # a builtin name, or an import path "pkg.module:function"
     weight: float = 1.0
-    normalize: str = "none"  # none | zscore | sigmoid | group_zscore
+    # none | zscore | sigmoid | group_zscore; None (unset): zscore for a reward model (model_path), none otherwise
+    normalize: str | None = None
     fallback: str | None = None  # function that takes this weight if this one is masked
     kwargs: dict[str, Any] = field(default_factory=dict)
     timeout_s: float | None = None  # None: reward.timeout_s
@@ -61,9 +67,17 @@ class RewardFunctionConfig:
     batch_size: int = 16  # reward model batch size
 
 
+def _arithmetic_rewards() -> list[RewardFunctionConfig]:
+    """conf/reward/arithmetic.yaml, the default reward."""
+    return [
+        RewardFunctionConfig(name="exact_match", target="exact_match", normalize="none"),
+        RewardFunctionConfig(name="partial_credit", target="answer_partial_credit", normalize="none"),
+    ]
+
+
 @dataclass
 class RewardConfig:
-    functions: list[RewardFunctionConfig] = field(default_factory=list)
+    functions: list[RewardFunctionConfig] = field(default_factory=_arithmetic_rewards)
     aggregation: str = "weighted_mean"  # weighted_mean | normalize_then_sum
     max_consecutive_failures: int = 3
     num_workers: int = 0
@@ -71,7 +85,7 @@ class RewardConfig:
 
 
 @dataclass
-class SandboxSettings:
+class SandboxConfig:
     """`sandbox.*`: where rewards that run model-written code run it (DESIGN.md §6). A reward
     function that declares `takes_sandbox_settings` gets these as keyword defaults; its own
     `kwargs` win."""
@@ -104,12 +118,14 @@ class PrecisionConfig:
 
 @dataclass
 class AlgoConfig:
-    loss_type: str = "dapo"  # grpo | bnpo | dr_grpo | dapo
+    """conf/algo/grpo.yaml, the default preset."""
+
+    loss_type: str = "grpo"  # grpo | bnpo | dr_grpo | dapo
     scale_rewards: str = "group"  # group | batch | none
     epsilon_low: float = 0.2
     epsilon_high: float = 0.2
     ratio_level: str = "token"  # token | sequence
-    beta: float = 0.04
+    beta: float = 0.0  # 0: no reference model
     kl_estimator: str = "k3"  # k1 | k2 | k3
     num_iterations: int = 1
     mini_batches: int = 1
@@ -120,7 +136,7 @@ class AlgoConfig:
 class RolloutConfig:
     backend: str = "hf"
     num_generations: int = 8
-    max_new_tokens: int = 256
+    max_new_tokens: int = 4  # the tiny default's answers; real models want hundreds
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
@@ -128,30 +144,32 @@ class RolloutConfig:
 
 @dataclass
 class OptimConfig:
-    lr: float = 1e-6
+    lr: float = 2e-3  # for the tiny random-init model; real models: 1e-6
     weight_decay: float = 0.0
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
     max_grad_norm: float = 1.0
     scheduler: str = "constant"  # constant | cosine | linear
-    warmup_steps: int = 0
+    warmup_steps: int = 5
 
 
 @dataclass
 class TrainLoopConfig:
-    steps: int = 100
-    prompts_per_step: int = 8
+    steps: int = 300
+    prompts_per_step: int = 16
     seed: int = 0
     grad_accum_steps: int = 1
     save_every: int = 0
     eval_every: int = 0
     resume: str = "auto"  # auto | never | PATH to a checkpoint
+    # true: resume even when the saved config differs in keys that change the maths (the trainer compares)
+    resume_allow_changes: bool = False
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     threads: int = 0
 
 
 @dataclass
 class MonitorConfig:
-    log_completions_every: int = 0
+    log_completions_every: int = 10
     num_completions_to_print: int = 0
     progress: bool = True
 
@@ -171,7 +189,7 @@ class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
-    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
@@ -190,7 +208,8 @@ class ScoreConfig:
     output: str | None = None
     summary: str | None = None  # None: score_summary.json next to the output
     batch_size: int = 64  # prompts (groups) scored per batch: the memory bound
+    tokenizer: str | None = None  # a local model/tokenizer dir: counts tokens where a completion has no token_count
     reward: RewardConfig = field(default_factory=RewardConfig)
-    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     data: DataConfig = field(default_factory=DataConfig)  # unused: reward options may select data
     algo: AlgoConfig = field(default_factory=AlgoConfig)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import types
 import typing
 from pathlib import Path
 
@@ -18,6 +19,7 @@ CHOICES = {
     "model.kind": ("tiny", "hf"),
     "model.dtype": ("auto", "fp32", "bf16", "fp16"),
     "data.kind": ("arithmetic", "jsonl", "math", "code"),
+    "data.on_long_prompt": ("truncate_left", "skip", "error"),
     "precision.dtype": ("fp32", "bf16", "fp16"),
     "algo.loss_type": ("grpo", "bnpo", "dr_grpo", "dapo"),
     "algo.scale_rewards": ("group", "batch", "none"),
@@ -29,58 +31,144 @@ CHOICES = {
     "reward.aggregation": ("weighted_mean", "normalize_then_sum"),
     "sandbox.backend": ("auto", "bwrap", "unshare", "process"),
 }
+# reward.functions[i].normalize, when set (None picks by kind: zscore for reward models, else none)
+NORMALIZATIONS = ("none", "zscore", "sigmoid", "group_zscore")
 
 
-def _leaf_paths(schema: type, prefix: str = "") -> dict[str, typing.Any]:
-    """Every valid dotted key of a dataclass schema, mapped to its annotated type."""
-    paths: dict[str, typing.Any] = {}
+FREE_FORM = typing.Any  # e.g. reward.functions.N.kwargs.*: the function's own keyword arguments
+
+
+def _unwrap(hint: typing.Any) -> typing.Any:
+    """`X | None` -> X; anything else unchanged."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return hint
+
+
+def child_hint(hint: typing.Any, part: str) -> typing.Any:
+    """The type below `part` in a node of type `hint`, FREE_FORM where anything goes, or None
+    when `part` cannot follow: the one step of the walk shared with tests/config."""
+    hint = _unwrap(hint)
+    if hint is typing.Any:
+        return FREE_FORM
+    if dataclasses.is_dataclass(hint):
+        hints = typing.get_type_hints(hint)
+        return hints.get(part)
+    origin = typing.get_origin(hint)
+    if origin is list:
+        return typing.get_args(hint)[0] if part.isdigit() else None
+    if origin is dict:
+        return typing.get_args(hint)[1]
+    return None  # below a scalar
+
+
+def leaf_keys(schema: type, prefix: str = "") -> list[str]:
+    """Every leaf key of a schema by the same type rules, list elements as `name[]`:
+    reward.functions[].weight, curriculum.phases[].weights, data.operations."""
+    keys = []
+    for name, hint in typing.get_type_hints(schema).items():
+        key = f"{prefix}{name}"
+        hint = _unwrap(hint)
+        item = typing.get_args(hint)[0] if typing.get_origin(hint) is list else None
+        if dataclasses.is_dataclass(hint):
+            keys.extend(leaf_keys(hint, key + "."))
+        elif item is not None and dataclasses.is_dataclass(_unwrap(item)):
+            keys.extend(leaf_keys(_unwrap(item), key + "[]."))
+        else:
+            keys.append(key)  # a scalar, a list of scalars, a mapping, Any
+    return keys
+
+
+def _resolves(parts: list[str], hint: typing.Any) -> bool:
+    for part in parts:
+        hint = child_hint(hint, part)
+        if hint is None:
+            return False
+        if hint is FREE_FORM:
+            return True
+    return True
+
+
+def _dotted_fields(schema: type, prefix: str = "") -> list[str]:
+    """Every dotted key through dataclass fields (not into lists or dicts): did-you-mean candidates."""
+    keys = []
     hints = typing.get_type_hints(schema)
     for f in dataclasses.fields(schema):
         key = f"{prefix}{f.name}"
-        hint = hints[f.name]
-        paths[key] = hint
+        keys.append(key)
+        hint = _unwrap(hints[f.name])
         if dataclasses.is_dataclass(hint):
-            paths.update(_leaf_paths(hint, key + "."))
-    return paths
+            keys.extend(_dotted_fields(hint, key + "."))
+    return keys
+
+
+def _nearest(parts: list[str], i: int, hint: typing.Any, schema: type) -> str | None:
+    """The valid key nearest to `parts`, which is valid up to `parts[i]`."""
+    prefix, rest = parts[:i], parts[i + 1 :]
+    hint = _unwrap(hint)
+    if dataclasses.is_dataclass(hint):
+        names = [f.name for f in dataclasses.fields(hint)]
+        fitting = [n for n in names if _resolves(rest, child_hint(hint, n))]
+        for pool in (fitting, names):
+            close = difflib.get_close_matches(parts[i], pool, n=1, cutoff=0.6)
+            if close:
+                tail = rest if close[0] in fitting else []
+                return ".".join([*prefix, close[0], *tail])
+    if typing.get_origin(hint) is list:  # reward.functions.exact_match.weight: an index was meant
+        return ".".join([*prefix, "0", *rest]) if rest and _resolves(["0", *rest], hint) else None
+    ancestors = {".".join(parts[:j]) for j in range(1, len(parts))}
+    candidates = [k for k in _dotted_fields(schema) if k not in ancestors]
+    close = difflib.get_close_matches(".".join(parts), candidates, n=1, cutoff=0.6)
+    return close[0] if close else None
 
 
 def check_key(key: str, schema: type = TrainConfig) -> None:
     """Raise a GrpoError naming `key` and the nearest valid key when the schema lacks it.
 
-    Keys below a dict- or list-typed field (reward kwargs, curriculum weights) are free-form.
+    The walk follows the types: a dataclass field must exist, a `list[X]` takes an integer index
+    then X, a `dict[str, X]` any key then X; under `Any` (reward kwargs) anything goes.
     """
-    paths = _leaf_paths(schema)
-    if key in paths:
-        return
     parts = key.split(".")
-    for i in range(1, len(parts)):
-        hint = paths.get(".".join(parts[:i]))
-        if hint is not None and typing.get_origin(hint) in (dict, list):
+    hint: typing.Any = schema
+    for i, part in enumerate(parts):
+        below = child_hint(hint, part)
+        if below is FREE_FORM:
             return
-    parent = ".".join(parts[:-1])
-    siblings = [p for p in paths if (p.rsplit(".", 1)[0] if "." in p else "") == parent]
-    ancestors = {".".join(parts[:i]) for i in range(1, len(parts))}
-    candidates = [p for p in paths if p not in ancestors]
-    close = difflib.get_close_matches(key, siblings, n=1, cutoff=0.6) or difflib.get_close_matches(
-        key, candidates, n=1, cutoff=0.6
-    )
-    hint = f"; did you mean {close[0]}?" if close else ""
-    raise GrpoError(f"unknown config key {key}{hint}")
+        if below is None:
+            parent, node = ".".join(parts[:i]), _unwrap(hint)
+            if i and typing.get_origin(node) not in (list, dict) and not dataclasses.is_dataclass(node):
+                raise GrpoError(f"unknown config key {key}: {parent} is a value, not a section")
+            close = _nearest(parts, i, hint, schema)
+            suffix = f"; did you mean {close}?" if close else ""
+            if typing.get_origin(node) is list:
+                suffix = f" ({parent} takes a list index){suffix}"
+            raise GrpoError(f"unknown config key {key}{suffix}")
+        hint = below
 
 
 def _fail(key: str, value: object, why: str) -> None:
     raise GrpoError(f"invalid value {key}={value!r}: {why}")
 
 
+def _check_choice(key: str, value: object, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        close = difflib.get_close_matches(str(value), allowed, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        _fail(key, value, f"must be one of {', '.join(allowed)}{hint}")
+
+
 def validate(cfg: TrainConfig) -> list[str]:
     """Reject impossible values; return warnings for legal but doubtful ones."""
     for key, allowed in CHOICES.items():
         section, name = key.split(".")
-        value = getattr(getattr(cfg, section), name)
-        if value not in allowed:
-            close = difflib.get_close_matches(str(value), allowed, n=1)
-            hint = f"; did you mean {close[0]}?" if close else ""
-            _fail(key, value, f"must be one of {', '.join(allowed)}{hint}")
+        _check_choice(key, getattr(getattr(cfg, section), name), allowed)
+    if cfg.precision.dtype == "fp16" and cfg.precision.autocast:
+        raise GrpoError(
+            "precision.dtype=fp16 with precision.autocast=true is not supported: without a gradient "
+            "scaler fp16 gradients underflow to zero. Use precision=bf16, or fp16 with precision.autocast=false"
+        )
     positive_ints = {
         "train.steps": cfg.train.steps,
         "train.prompts_per_step": cfg.train.prompts_per_step,
@@ -139,6 +227,8 @@ def validate(cfg: TrainConfig) -> list[str]:
     for i, fn in enumerate(cfg.reward.functions):
         if fn.weight < 0:
             _fail(f"reward.functions[{i}].weight", fn.weight, "must be >= 0")
+        if fn.normalize is not None:
+            _check_choice(f"reward.functions[{i}].normalize", fn.normalize, NORMALIZATIONS)
     if cfg.model.kind == "hf":
         if not cfg.model.path:
             raise GrpoError("model=hf needs model.path=DIR (a local Hugging Face model directory)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,14 +15,30 @@ def _is_conversation(prompt: Any) -> bool:
     return isinstance(prompt, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in prompt)
 
 
+def _decode_line(path: Path, lineno: int, raw: bytes) -> str:
+    """One line as text, or a GrpoError naming the first byte that is not UTF-8 and its column."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        # The column counts characters, like JSON's, so it is where an editor puts the cursor.
+        column = len(raw[: err.start].decode("utf-8")) + 1
+        raise GrpoError(
+            f"{path}:{lineno}: not UTF-8: byte 0x{raw[err.start]:02x} at column {column} (save the file as UTF-8)"
+        ) from None
+
+
 def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
     """(line number, parsed value) for each non-blank line, streamed.
 
-    Errors name the file and the line, because a 100k-line file is not read by eye.
+    Errors name the file and the line, because a 100k-line file is not read by eye. Lines are
+    read as bytes and decoded one at a time, so a stray Latin-1 byte is reported where it sits.
     """
     path = Path(path)
-    with path.open(encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, start=1):
+    with path.open("rb") as handle:
+        for lineno, raw in enumerate(handle, start=1):
+            if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[len(codecs.BOM_UTF8) :]  # Windows editors write one; it is not part of the JSON
+            line = _decode_line(path, lineno, raw)
             if not line.strip():
                 continue
             try:

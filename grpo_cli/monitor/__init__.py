@@ -1,6 +1,17 @@
-"""What a user sees and keeps of a run: the live console, metrics.jsonl, completion logs."""
+"""What a user sees and keeps of a run: observers of finished steps (console, metrics.jsonl,
+completion logs) and the summary."""
 
 from grpo_cli.monitor.console import TrainingConsole, summary_table
-from grpo_cli.monitor.files import CompletionLog, MetricsFile, write_summary
+from grpo_cli.monitor.files import CompletionLog, MetricsFile, truncate_metrics, write_summary
+from grpo_cli.monitor.observer import Observer, StepResult
 
-__all__ = ["CompletionLog", "MetricsFile", "TrainingConsole", "summary_table", "write_summary"]
+__all__ = [
+    "CompletionLog",
+    "MetricsFile",
+    "Observer",
+    "StepResult",
+    "TrainingConsole",
+    "summary_table",
+    "truncate_metrics",
+    "write_summary",
+]

@@ -15,9 +15,11 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from grpo_cli.monitor.observer import StepResult
+
 
 class TrainingConsole:
-    """Context manager; call it with each step's metrics."""
+    """A context manager and an observer: the bar lives from the first step to the end."""
 
     def __init__(self, total_steps: int, console: Console | None = None, enabled: bool = True) -> None:
         self.console = console or Console(stderr=True)
@@ -43,13 +45,14 @@ class TrainingConsole:
     def __exit__(self, *exc: object) -> None:
         self.progress.stop()
 
-    def __call__(self, metrics: dict[str, Any]) -> None:
-        for alert in metrics.get("_alerts", []):  # printed above the bar, even with progress disabled
-            self.console.print(f"[bold yellow]alert (step {metrics['step']}):[/] {alert}", highlight=False)
+    def on_step(self, result: StepResult) -> None:
+        for alert in result.alerts:  # printed above the bar, even with progress disabled
+            self.console.print(f"[bold yellow]alert (step {result.step}):[/] {alert}", highlight=False)
+        metrics = result.metrics
         kl = metrics.get("kl")
         self.progress.update(
             self.task,
-            completed=metrics["step"],
+            completed=result.step,
             reward=f"{metrics['reward/mean']:.3f}",
             kl="-" if kl is None else f"{kl:.4f}",
         )

@@ -6,7 +6,9 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+from grpo_cli.monitor.observer import StepResult
 
 
 def _finite_or_none(value: Any) -> Any:
@@ -19,20 +21,25 @@ def _finite_or_none(value: Any) -> Any:
 
 
 class MetricsFile:
-    """Appends and flushes each step, so a crash keeps every finished step."""
+    """Appends and flushes each step, so a crash keeps every finished step. Opened on the first
+    step, after setup: a resume first trims the lines of the steps it will run again."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._handle = self.path.open("a", encoding="utf-8")
+        self._handle: IO[str] | None = None
 
-    def __call__(self, metrics: dict[str, Any]) -> None:
-        row = {k: _finite_or_none(v) for k, v in metrics.items() if not k.startswith("_")}
+    def on_step(self, result: StepResult) -> None:
+        if self._handle is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._handle = self.path.open("a", encoding="utf-8")
+        row = {k: _finite_or_none(v) for k, v in result.metrics.items()}
         self._handle.write(json.dumps(row) + "\n")
         self._handle.flush()
 
     def close(self) -> None:
-        self._handle.close()
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
 
 
 class CompletionLog:
@@ -42,13 +49,13 @@ class CompletionLog:
         self.directory = Path(directory)
         self.every = every
 
-    def __call__(self, metrics: dict[str, Any]) -> None:
-        if not self.every or metrics["step"] % self.every:
+    def on_step(self, result: StepResult) -> None:
+        if not self.every or result.step % self.every:
             return
         self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.directory / f"step_{metrics['step']:06d}.jsonl"
+        path = self.directory / f"step_{result.step:06d}.jsonl"
         with path.open("w", encoding="utf-8") as handle:
-            for sample in metrics.get("_samples", []):
+            for sample in result.samples:
                 handle.write(json.dumps({k: _finite_or_none(v) for k, v in sample.items()}) + "\n")
 
 
@@ -58,3 +65,16 @@ def write_summary(path: Path, summary: dict[str, Any]) -> None:
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps({k: _finite_or_none(v) for k, v in summary.items()}, indent=2) + "\n")
     os.replace(tmp, path)
+
+
+def truncate_metrics(path: Path, last_step: int) -> list[dict[str, Any]]:
+    """Drop metric lines past a resumed checkpoint (those steps run again); return the rest."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    kept = [row for row in rows if row.get("step", 0) <= last_step]
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(json.dumps(row) + "\n" for row in kept), encoding="utf-8")
+    os.replace(tmp, path)
+    return kept

@@ -1,30 +1,37 @@
 """Reward functions `f(prompts, completions, **columns) -> list[float | None]` and their fusion.
 
 sources (what each configured reward is) -> executor (call them, failures become NaN, timeouts)
--> fusion (normalise, mask failing functions, weighted mean). No Hydra imports here: a library
-user can score completions with the same code the trainer uses.
+-> fusion (normalise, mask failing functions, weighted mean), over one RewardBatch. No Hydra and
+no core imports here: a library user can score completions with the code the trainer uses.
 """
 
+from grpo_cli.rewards.batch import COMPLETION_LENGTHS, RewardBatch
 from grpo_cli.rewards.builtin import BUILTIN_REWARDS
 from grpo_cli.rewards.executor import BatchScores, RewardExecutor
 from grpo_cli.rewards.fusion import FusionResult, RewardFusion, fuse_rewards, score_and_fuse
 from grpo_cli.rewards.reward_model import RewardModelScorer
-from grpo_cli.rewards.sources import RewardSource, check_columns, resolve_reward_sources, reward_diagnostics
-
-resolve_reward_functions = resolve_reward_sources  # the earlier name, still used by config smoke tests
+from grpo_cli.rewards.sources import (
+    RewardSource,
+    check_columns,
+    required_columns,
+    resolve_reward_sources,
+    reward_diagnostics,
+)
 
 __all__ = [
     "BUILTIN_REWARDS",
+    "COMPLETION_LENGTHS",
     "BatchScores",
     "FusionResult",
+    "RewardBatch",
     "RewardExecutor",
     "RewardFusion",
     "RewardModelScorer",
     "RewardSource",
     "check_columns",
-    "reward_diagnostics",
     "fuse_rewards",
-    "resolve_reward_functions",
+    "required_columns",
     "resolve_reward_sources",
+    "reward_diagnostics",
     "score_and_fuse",
 ]

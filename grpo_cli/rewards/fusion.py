@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.rewards.batch import RewardBatch
 from grpo_cli.rewards.executor import BatchScores, RewardExecutor
-from grpo_cli.rewards.sources import NORMALIZATIONS, RewardSource, required_columns  # noqa: F401 (re-export)
+from grpo_cli.rewards.sources import NORMALIZATIONS, RewardSource
+from grpo_cli.stats import STD_EPS, EmaMoments, finite, nanmean, nanstd, weight_effect
 
 AGGREGATIONS = ("weighted_mean", "normalize_then_sum")
-STD_EPS = 1e-4  # the advantage's epsilon (DESIGN.md §3): bounds z-scores of near-constant values
-MIN_VARIANCE = 1e-12  # below this the fused reward is constant and covariance shares say nothing
 
 log = logging.getLogger(__name__)
 
@@ -38,38 +38,6 @@ class FusionResult:
     effective_weights: dict[str, float]  # after masking and fallbacks
     weight_effect: dict[str, float]  # share of Var(R) each function drives; sums to 1
     contributions: dict[str, list[float]]  # x_i per sample: Σ_i x_i = R (0 where i did not score)
-
-
-@dataclass
-class RunningStats:
-    """EMA mean and variance for `zscore`, seeded by the first batch with any valid value.
-
-    The variance is that of the EMA-weighted mixture of batches, so a drifting mean widens it:
-    var <- m·var + (1−m)·var_b + m(1−m)(mean − mean_b)².
-
-    >>> s = RunningStats(); s.update([1.0, 3.0], 0.9); (s.mean, s.var)
-    (2.0, 1.0)
-    >>> s.update([5.0, 7.0], 0.9); (round(s.mean, 6), round(s.var, 6))
-    (2.4, 2.44)
-    """
-
-    mean: float = 0.0
-    var: float = 0.0
-    seeded: bool = False
-
-    def update(self, values: list[float], momentum: float) -> None:
-        batch_mean = sum(values) / len(values)
-        batch_var = sum((v - batch_mean) ** 2 for v in values) / len(values)
-        if not self.seeded:
-            self.mean, self.var, self.seeded = batch_mean, batch_var, True
-            return
-        delta = batch_mean - self.mean
-        self.mean = momentum * self.mean + (1 - momentum) * batch_mean
-        self.var = momentum * self.var + (1 - momentum) * batch_var + momentum * (1 - momentum) * delta**2
-
-
-def _valid(values: list[float]) -> list[float]:
-    return [v for v in values if not math.isnan(v)]
 
 
 def sigmoid(x: float) -> float:
@@ -103,8 +71,7 @@ def group_zscores(values: list[float], group_size: int) -> list[float]:
             for i in idx:
                 out[i] = 0.0
             continue
-        mean = sum(group) / len(group)
-        std = math.sqrt(sum((v - mean) ** 2 for v in group) / (len(group) - 1))
+        mean, std = nanmean(group), nanstd(group)
         for i in idx:
             out[i] = (values[i] - mean) / (std + STD_EPS)
     return out
@@ -132,7 +99,7 @@ class RewardFusion:
         self.aggregation = aggregation
         self.ema_momentum = ema_momentum
         self._by_name = {s.name: s for s in self.sources}
-        self._stats = {s.name: RunningStats() for s in self.sources if s.normalize == "zscore"}
+        self._stats = {s.name: EmaMoments() for s in self.sources if s.normalize == "zscore"}
         self._failures = {s.name: 0 for s in self.sources}
         self._last_error: dict[str, str | None] = {s.name: None for s in self.sources}
         self.masked: list[str] = []  # in the order they were masked
@@ -163,7 +130,7 @@ class RewardFusion:
     # ---- failures ----------------------------------------------------------------------
     def _record(self, name: str, batch: BatchScores) -> str | None:
         """Count a failed batch (raised, or nothing valid); return an alert if this one masks it."""
-        failed = batch.error is not None or (len(batch.values) > 0 and not _valid(batch.values))
+        failed = batch.error is not None or (len(batch.values) > 0 and not finite(batch.values))
         if not failed:
             self._failures[name] = 0
             return None
@@ -180,9 +147,11 @@ class RewardFusion:
         )
 
     # ---- normalisation -----------------------------------------------------------------
-    def _normalize(self, source: RewardSource, values: list[float], group_size: int, update: bool) -> list[float]:
+    def _normalize(
+        self, source: RewardSource, values: list[float], group_size: int, update: bool, grouped: bool
+    ) -> list[float]:
         kind = source.normalize
-        if kind == "none":
+        if kind == "none" or (kind == "group_zscore" and not grouped):
             return list(values)
         if kind == "sigmoid":
             return [sigmoid(v) for v in values]
@@ -191,10 +160,10 @@ class RewardFusion:
         # zscore: the stats include this batch (updated first), so the first batch is centred
         # on itself instead of on nothing, and a shift shows up at once, damped by the momentum.
         stats = self._stats[source.name]
-        valid = _valid(values)
+        valid = finite(values)
         if valid and (update or not stats.seeded):
             if not update:  # a read-only call on a fresh source: this batch's own stats, unstored
-                stats = RunningStats()
+                stats = EmaMoments()
             stats.update(valid, self.ema_momentum)
         if not stats.seeded:
             return list(values)  # all NaN and nothing seen yet
@@ -208,9 +177,16 @@ class RewardFusion:
         group_size: int,
         weights: dict[str, float] | None = None,
         update_state: bool = True,
+        grouped: bool = True,
     ) -> FusionResult:
         """`scores` by source name (a masked source may be left out). `update_state=False` (e.g. for
-        evaluation) leaves running stats, failure counts and masks untouched."""
+        evaluation) leaves running stats, failure counts and masks untouched.
+
+        `grouped=False` is for completions that are not a group of rivals (evaluation's one greedy
+        answer per prompt): a z-score within a group of one is always 0, so `group_zscore` functions
+        keep their raw values and `normalize_then_sum` becomes the weighted mean; `zscore` still
+        uses the running statistics of training.
+        """
         lengths = {len(b.values) for b in scores.values()}
         if len(lengths) != 1:
             raise ValueError(f"reward scores need one common batch length, got {sorted(lengths)}")
@@ -229,12 +205,13 @@ class RewardFusion:
                     alerts.append(alert)
         effective = self.effective_weights(weights)
 
+        sums_group_scores = grouped and self.aggregation == "normalize_then_sum"
         per_function, normalized = {}, {}
         for s in self.sources:
             raw = [math.nan] * n if s.name in self.masked else list(batches[s.name].values)
             per_function[s.name] = raw
-            r_hat = self._normalize(s, raw, group_size, update_state) if s.name not in self.masked else raw
-            if self.aggregation == "normalize_then_sum" and s.normalize != "group_zscore":
+            r_hat = self._normalize(s, raw, group_size, update_state, grouped) if s.name not in self.masked else raw
+            if sums_group_scores and s.normalize != "group_zscore":
                 r_hat = group_zscores(r_hat, group_size)
             normalized[s.name] = r_hat
 
@@ -248,7 +225,7 @@ class RewardFusion:
                 fused.append(math.nan)
                 continue
             total_w = sum(w for _, w, _ in valid)
-            scale = total_w if self.aggregation == "weighted_mean" else 1.0
+            scale = 1.0 if sums_group_scores else total_w
             for name, w, v in valid:
                 contributions[name][j] = w * v / scale
             fused.append(sum(w * v for _, w, v in valid) / scale)
@@ -285,7 +262,7 @@ class RewardFusion:
         """Names no longer configured are ignored: a resumed run may have changed its rewards."""
         for name, s in state.get("stats", {}).items():
             if name in self._stats:
-                self._stats[name] = RunningStats(float(s["mean"]), float(s["var"]), bool(s["seeded"]))
+                self._stats[name] = EmaMoments(float(s["mean"]), float(s["var"]), bool(s["seeded"]))
         for name, count in state.get("failures", {}).items():
             if name in self._failures:
                 self._failures[name] = int(count)
@@ -295,55 +272,31 @@ class RewardFusion:
         self.masked = [name for name in state.get("masked", []) if name in self._by_name]
 
 
-def weight_effect(
-    fused: list[float], contributions: dict[str, list[float]], effective: dict[str, float]
-) -> dict[str, float]:
-    """c_i = Cov(x_i, R) / Var(R) over scorable samples, x_i function i's contribution to R.
-
-    Since Σ_i x_i = R, the shares sum to 1. With a constant R the covariances say nothing, so
-    the shares fall back to the effective weight fractions.
-    """
-    rows = [j for j, r in enumerate(fused) if not math.isnan(r)]
-    if len(rows) >= 2:
-        mean_r = sum(fused[j] for j in rows) / len(rows)
-        var_r = sum((fused[j] - mean_r) ** 2 for j in rows) / len(rows)
-        if var_r > MIN_VARIANCE:
-            shares = {}
-            for name, x in contributions.items():
-                mean_x = sum(x[j] for j in rows) / len(rows)
-                cov = sum((x[j] - mean_x) * (fused[j] - mean_r) for j in rows) / len(rows)
-                shares[name] = cov / var_r
-            return shares
-    total = sum(w for w in effective.values() if w > 0)
-    return {name: (w / total if total > 0 and w > 0 else 0.0) for name, w in effective.items()}
-
-
 def score_and_fuse(
     executor: RewardExecutor,
     fusion: RewardFusion,
-    prompts: list[Any],
-    completions: list[Any],
-    columns: dict[str, list[Any]],
-    group_size: int,
+    batch: RewardBatch,
     weights: dict[str, float] | None = None,
     update_state: bool = True,
+    grouped: bool = True,
 ) -> FusionResult:
-    """Score with every source not masked (a masked one is not called again), then fuse."""
-    n = len(completions)
+    """The one scoring path of train, score and eval: call every source not masked (a masked one
+    is not called again), then fuse."""
+    n = len(batch)
     active = [s for s in fusion.sources if s.name not in fusion.masked]
-    scores = executor.run(active, prompts, completions, columns)
+    scores = executor.run(active, batch.prompts, batch.completions, batch.columns)
     for s in fusion.sources:  # masked ones still carry the batch length when nothing else does
         scores.setdefault(s.name, BatchScores([math.nan] * n))
     if not scores:  # no reward configured: nothing can score anything
         scores = {"": BatchScores([math.nan] * n)}
-    return fusion.fuse(scores, group_size, weights, update_state=update_state)
+    return fusion.fuse(scores, batch.group_size, weights, update_state=update_state, grouped=grouped)
 
 
 def fuse_rewards(
     sources: list[RewardSource],
     weights: dict[str, float] | None,
     prompts: list[Any],
-    completions: list[Any],
+    completions: list[str],
     columns: dict[str, list[Any]],
 ) -> tuple[list[float], dict[str, list[float]]]:
     """One-shot and stateless (no running stats, no masking, no timeouts, the batch as one group):
@@ -354,8 +307,7 @@ def fuse_rewards(
     >>> fuse_rewards([RewardSource("em", exact_match)], None, ["1+1="] * 2, ["2", "3"], {"answer": ["2", "2"]})
     ([1.0, 0.0], {'em': [1.0, 0.0]})
     """
+    batch = RewardBatch(list(prompts), list(completions), dict(columns), max(1, len(completions)))
     with RewardExecutor(num_workers=0, default_timeout_s=None) as executor:
-        result = score_and_fuse(
-            executor, RewardFusion(sources), prompts, completions, columns, max(1, len(completions)), weights
-        )
+        result = score_and_fuse(executor, RewardFusion(sources), batch, weights)
     return result.fused, result.per_function

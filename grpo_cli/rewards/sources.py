@@ -14,11 +14,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from grpo_cli.config.schema import RewardFunctionConfig, SandboxConfig
 from grpo_cli.errors import GrpoError
 from grpo_cli.rewards.builtin import BUILTIN_REWARDS
 
 NORMALIZATIONS = ("none", "zscore", "sigmoid", "group_zscore")
-REWARD_MODEL_BATCH_SIZE = 16  # when a spec gives none; matches RewardFunctionConfig.batch_size
 
 
 @dataclass
@@ -103,7 +103,7 @@ def check_columns(sources: list[RewardSource], columns: list[str]) -> None:
             )
 
 
-def _validate(specs: list[Any]) -> None:
+def _validate(specs: list[RewardFunctionConfig]) -> None:
     """Cheap checks first, so a typo fails before an import or a reward model load."""
     names = [spec.name for spec in specs]
     seen: set[str] = set()
@@ -112,31 +112,25 @@ def _validate(specs: list[Any]) -> None:
             raise GrpoError(f"reward.functions: duplicate name '{spec.name}'")
         seen.add(spec.name)
     for spec in specs:
-        normalize = getattr(spec, "normalize", None)
-        if normalize is not None and normalize not in NORMALIZATIONS:
-            raise GrpoError(f"reward '{spec.name}': normalize '{normalize}' is not one of {', '.join(NORMALIZATIONS)}")
-        fallback = getattr(spec, "fallback", None)
-        if fallback == spec.name:
-            raise GrpoError(f"reward '{spec.name}': fallback cannot be the function itself")
-        if fallback is not None and fallback not in names:
+        if spec.normalize is not None and spec.normalize not in NORMALIZATIONS:
             raise GrpoError(
-                f"reward '{spec.name}': fallback '{fallback}' is not a configured reward function ({', '.join(names)})"
+                f"reward '{spec.name}': normalize '{spec.normalize}' is not one of {', '.join(NORMALIZATIONS)}"
             )
-        if not getattr(spec, "model_path", None) and not getattr(spec, "target", None):
+        if spec.fallback == spec.name:
+            raise GrpoError(f"reward '{spec.name}': fallback cannot be the function itself")
+        if spec.fallback is not None and spec.fallback not in names:
+            raise GrpoError(
+                f"reward '{spec.name}': fallback '{spec.fallback}' is not a configured reward function "
+                f"({', '.join(names)})"
+            )
+        if not spec.model_path and not spec.target:
             raise GrpoError(f"reward '{spec.name}': set target (a function) or model_path (a reward model)")
 
 
-def _settings(section: Any) -> dict[str, Any]:
-    if section is None:
-        return {}
-    if dataclasses.is_dataclass(section):
-        return dataclasses.asdict(section)
-    return {str(key): section[key] for key in section}  # a dict or an OmegaConf section
-
-
-def resolve_reward_sources(specs: list[Any], device: str = "auto", sandbox: Any = None) -> list[RewardSource]:
-    """Resolve config specs (name, target, weight, kwargs; optionally normalize, fallback,
-    timeout_s, parallel, model_path, device, batch_size) into sources.
+def resolve_reward_sources(
+    specs: list[RewardFunctionConfig], device: str = "auto", sandbox: SandboxConfig | None = None
+) -> list[RewardSource]:
+    """Resolve `reward.functions` into sources.
 
     `device` is where reward models go when a spec names none (the trainer passes the policy's).
     `normalize` unset (None) means `zscore` for reward models (unbounded logits) and `none` otherwise.
@@ -146,41 +140,48 @@ def resolve_reward_sources(specs: list[Any], device: str = "auto", sandbox: Any 
     _validate(specs)
     sources = []
     for spec in specs:
-        model_path = getattr(spec, "model_path", None)
-        kwargs = dict(getattr(spec, "kwargs", None) or {})
-        parallel = bool(getattr(spec, "parallel", False))
-        if model_path:
+        kwargs = dict(spec.kwargs)
+        parallel = spec.parallel
+        if spec.model_path:
             from grpo_cli.rewards.reward_model import RewardModelScorer  # torch only when a model is configured
 
-            fn: Callable[..., Any] = RewardModelScorer(
-                model_path,
-                getattr(spec, "device", None) or device,
-                getattr(spec, "batch_size", None) or REWARD_MODEL_BATCH_SIZE,
-            )
+            fn: Callable[..., Any] = RewardModelScorer(spec.model_path, spec.device or device, spec.batch_size)
             default_normalize = "zscore"
             parallel = False  # a model stays in the process that loaded it (and owns the GPU)
         else:
             fn = _import_target(spec.target)
             _check_signature(spec.name, fn)
             if getattr(fn, "takes_sandbox_settings", False):
-                kwargs = {**_settings(sandbox), **kwargs}
+                kwargs = {**(dataclasses.asdict(sandbox) if sandbox is not None else {}), **kwargs}
             default_normalize = "none"
             if parallel:
                 _check_picklable(spec.name, fn, kwargs)
-        timeout_s = getattr(spec, "timeout_s", None)
         sources.append(
             RewardSource(
                 name=spec.name,
                 fn=fn,
                 weight=float(spec.weight),
-                normalize=getattr(spec, "normalize", None) or default_normalize,
-                fallback=getattr(spec, "fallback", None),
+                normalize=spec.normalize or default_normalize,
+                fallback=spec.fallback,
                 kwargs=kwargs,
-                timeout_s=None if timeout_s is None else float(timeout_s),
+                timeout_s=None if spec.timeout_s is None else float(spec.timeout_s),
                 parallel=parallel,
             )
         )
     return sources
+
+
+def uses_completion_lengths(sources: list[RewardSource]) -> list[str]:
+    """Names of the sources that read `completion_lengths` (a parameter of that name)."""
+    names = []
+    for source in sources:
+        try:
+            params = inspect.signature(source.fn).parameters
+        except (TypeError, ValueError):
+            continue
+        if "completion_lengths" in params:
+            names.append(source.name)
+    return names
 
 
 def reward_diagnostics(sources: list[RewardSource]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ class Rollout:
     completion_mask: torch.Tensor  # [N, C] 1 up to and including the first EOS
     truncated: torch.Tensor  # [N] bool: no EOS within max_new_tokens
     texts: list[str]  # decoded completions, EOS and padding removed
+    group_size: int  # G: rows g*G .. g*G+G-1 share a prompt
 
     @property
     def lengths(self) -> torch.Tensor:

@@ -66,4 +66,4 @@ class HFGenerator:
         texts = self.tokenizer.batch_decode(
             completion_ids * mask + self.tokenizer.pad_token_id * (1 - mask), skip_special_tokens=True
         )
-        return Rollout(prompt_ids, prompt_mask, completion_ids, mask, truncated, texts)
+        return Rollout(prompt_ids, prompt_mask, completion_ids, mask, truncated, texts, num_generations)

@@ -124,9 +124,7 @@ def _leaves(node: Any, prefix: str = "") -> dict[str, Any]:
 
 # ---- compose ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", _conf_primaries())
-def test_conf_primary_config_composes_and_validates(
-    name: str, tiny_model_dir: Path, prompts_jsonl: Path
-) -> None:
+def test_conf_primary_config_composes_and_validates(name: str, tiny_model_dir: Path, prompts_jsonl: Path) -> None:
     with initialize_config_module("grpo_cli.conf", version_base=None):
         cfg = compose(config_name=name)
     if name == "score":
@@ -141,9 +139,7 @@ def test_conf_primary_config_composes_and_validates(
 
 
 @pytest.mark.parametrize(("group", "option"), _group_options(), ids=[f"{g}/{o}" for g, o in _group_options()])
-def test_conf_option_composes_and_validates(
-    group: str, option: str, tiny_model_dir: Path, prompts_jsonl: Path
-) -> None:
+def test_conf_option_composes_and_validates(group: str, option: str, tiny_model_dir: Path, prompts_jsonl: Path) -> None:
     with initialize_config_module("grpo_cli.conf", version_base=None):
         cfg = compose(config_name=TRAIN_SUBCOMMAND, overrides=[f"{group}={option}"])
 
@@ -167,9 +163,7 @@ def test_recipe_composes_and_validates(name: str, tiny_model_dir: Path, prompts_
     kind = _recipe_kind(name)
     if kind == "other":
         pytest.skip(f"recipes/{name}.yaml extends another subcommand's config")
-    assert kind != "unknown", (
-        f"recipes/{name}.yaml extends no primary config (add `defaults: [train, _self_]`)"
-    )
+    assert kind != "unknown", f"recipes/{name}.yaml extends no primary config (add `defaults: [train, _self_]`)"
     # Like `grpo train --config-dir recipes`: recipes first, the packaged configs behind them.
     with initialize_config_dir(str(RECIPES), version_base=None):
         searchpath = ["hydra.searchpath=[pkg://grpo_cli.conf]"]
@@ -186,8 +180,7 @@ def test_recipe_composes_and_validates(name: str, tiny_model_dir: Path, prompts_
 def _smoke_data_override(name: str, tmp_path: Path) -> list[str]:
     """A recipe whose jsonl is not on this machine gets a small file with the columns its
     rewards need (dataset columns reach reward functions as keyword arguments)."""
-    from grpo_cli.rewards import resolve_reward_functions
-    from grpo_cli.rewards.fusion import required_columns
+    from grpo_cli.rewards import required_columns, resolve_reward_sources
 
     with initialize_config_dir(str(RECIPES), version_base=None):
         cfg = compose(config_name=name, overrides=["hydra.searchpath=[pkg://grpo_cli.conf]"])
@@ -197,7 +190,7 @@ def _smoke_data_override(name: str, tmp_path: Path) -> list[str]:
         return []
     obj = OmegaConf.to_object(cfg)
     columns: set[str] = set()
-    for fn in resolve_reward_functions(obj.reward.functions):
+    for fn in resolve_reward_sources(obj.reward.functions):
         columns.update(c for c in required_columns(fn.fn) if c not in fn.kwargs)
     path = tmp_path / "smoke_prompts.jsonl"
     rows = []

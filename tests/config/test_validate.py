@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +14,8 @@ from grpo_cli.errors import GrpoError
 
 
 def valid_config(**overrides: Any) -> TrainConfig:
-    """The schema defaults plus one reward (the schema leaves reward.functions empty)."""
-    cfg = TrainConfig(
-        reward=RewardConfig(functions=[RewardFunctionConfig(name="exact_match", target="exact_match")])
-    )
+    """The schema defaults (the default run) with `overrides` set."""
+    cfg = TrainConfig()
     for key, value in overrides.items():
         set_key(cfg, key, value)
     return cfg
@@ -55,6 +54,8 @@ def test_the_valid_base_passes_without_warnings() -> None:
         ("algo.loss_type", "ppo"),
         ("algo.scale_rewards", "std"),
         ("algo.kl_estimator", "k4"),
+        ("data.on_long_prompt", "truncate"),
+        ("data.on_long_prompt", "drop"),
     ],
 )
 def test_impossible_values_name_key_and_value(key: str, value: Any) -> None:
@@ -90,7 +91,55 @@ def test_num_generations_inside_4_to_64_is_silent(g: int) -> None:
 
 def test_no_reward_function_is_an_error() -> None:
     with pytest.raises(GrpoError, match="reward.functions"):
-        validate(TrainConfig())
+        validate(TrainConfig(reward=RewardConfig(functions=[])))
+
+
+@pytest.mark.parametrize("choice", ["truncate_left", "skip", "error"])
+def test_on_long_prompt_choices_pass(choice: str) -> None:
+    assert validate(valid_config(**{"data.on_long_prompt": choice})) == []
+
+
+def test_on_long_prompt_typo_suggests_the_nearest() -> None:
+    with pytest.raises(GrpoError, match=r"data.on_long_prompt='truncate_lef'.*did you mean truncate_left\?"):
+        validate(valid_config(**{"data.on_long_prompt": "truncate_lef"}))
+
+
+@pytest.mark.parametrize("normalize", [None, "none", "zscore", "sigmoid", "group_zscore"])
+def test_normalize_unset_or_a_known_choice_passes(normalize: str | None) -> None:
+    cfg = valid_config()
+    cfg.reward.functions.append(RewardFunctionConfig(name="rm", model_path="/models/rm", normalize=normalize))
+    assert validate(cfg) == []
+
+
+def test_normalize_typo_names_the_function_index() -> None:
+    cfg = valid_config()
+    cfg.reward.functions[1].normalize = "zcore"
+    with pytest.raises(GrpoError) as info:
+        validate(cfg)
+    assert "reward.functions[1].normalize='zcore'" in str(info.value)
+    assert "did you mean zscore?" in str(info.value)
+
+
+def test_normalize_is_unset_by_default() -> None:
+    """None picks by kind when resolved (zscore for a reward model), so the schema must not choose."""
+    assert RewardFunctionConfig(name="f").normalize is None
+
+
+def test_fp16_with_autocast_is_refused() -> None:
+    with pytest.raises(GrpoError) as info:
+        validate(valid_config(**{"precision.dtype": "fp16", "precision.autocast": True}))
+    message = str(info.value)
+    assert "precision.dtype=fp16" in message and "precision.autocast=true" in message
+    assert "bf16" in message and "scaler" in message
+
+
+@pytest.mark.parametrize(("dtype", "autocast"), [("fp16", False), ("bf16", True), ("bf16", False), ("fp32", False)])
+def test_other_precision_combinations_pass(dtype: str, autocast: bool) -> None:
+    assert validate(valid_config(**{"precision.dtype": dtype, "precision.autocast": autocast})) == []
+
+
+def test_resume_allow_changes_is_off_by_default() -> None:
+    assert TrainConfig().train.resume_allow_changes is False
 
 
 def test_hf_model_needs_an_existing_directory(tmp_path: Path) -> None:
@@ -155,12 +204,48 @@ def test_check_key_without_a_near_key_still_names_it() -> None:
     [
         "reward.functions",
         "reward.functions.0.kwargs.threshold",
+        "reward.functions.0.kwargs.nested.anything",  # kwargs: dict[str, Any], the function's own
         "reward.functions.2.name",
+        "reward.functions.0.normalize",
         "curriculum.phases",
-        "curriculum.phases.0.weights.exact_match",
+        "curriculum.phases.0.weights.exact_match",  # weights: dict[str, float], any function name
         "curriculum.phases.1.until",
         "data.operations.0",
+        "data.on_long_prompt",
+        "train.resume_allow_changes",
     ],
 )
-def test_check_key_accepts_free_form_keys_under_dict_and_list_fields(key: str) -> None:
+def test_check_key_walks_into_list_elements_and_dicts(key: str) -> None:
     check_key(key)
+
+
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [
+        ("reward.functions.0.wieght", "reward.functions.0.weight"),
+        ("reward.functions.3.normalise", "reward.functions.3.normalize"),
+        ("curriculum.phases.0.untill", "curriculum.phases.0.until"),
+        ("reward.functions.exact_match.weight", "reward.functions.0.weight"),  # a name where an index goes
+        ("data.on_long_promt", "data.on_long_prompt"),
+        ("train.resume_allow_change", "train.resume_allow_changes"),
+    ],
+)
+def test_check_key_refuses_typos_under_list_indices(typo: str, meant: str) -> None:
+    with pytest.raises(GrpoError) as info:
+        check_key(typo)
+    assert f"unknown config key {typo}" in str(info.value)
+    assert f"did you mean {meant}?" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("key", "why"),
+    [
+        ("reward.functions.first", "reward.functions takes a list index"),
+        ("data.operations.0.x", "data.operations.0 is a value, not a section"),
+        ("curriculum.phases.0.weights.a.b", "curriculum.phases.0.weights.a is a value, not a section"),
+        ("optim.lr.x", "optim.lr is a value, not a section"),
+    ],
+)
+def test_check_key_explains_a_wrong_shape(key: str, why: str) -> None:
+    with pytest.raises(GrpoError, match=re.escape(why)):
+        check_key(key)

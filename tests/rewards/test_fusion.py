@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import math
-from types import SimpleNamespace
 
 import pytest
 
+from grpo_cli.config.schema import RewardFunctionConfig
 from grpo_cli.errors import GrpoError
 from grpo_cli.rewards import (
     BatchScores,
+    RewardBatch,
     RewardExecutor,
     RewardFusion,
     RewardSource,
@@ -24,7 +25,8 @@ NAN = math.nan
 
 
 def spec(name, target, weight=1.0, kwargs=None, **extra):
-    return SimpleNamespace(name=name, target=target, weight=weight, kwargs=kwargs or {}, **extra)
+    """The real config dataclass, as the CLI composes it: a stand-in once hid a wrong default."""
+    return RewardFunctionConfig(name=name, target=target, weight=weight, kwargs=kwargs or {}, **extra)
 
 
 def source(name, weight=1.0, **extra):
@@ -116,9 +118,8 @@ def test_raising_function_scores_nan_for_its_batch_only():
 
     sources = [RewardSource("boom", boom), RewardSource("exact", exact_match)]
     with RewardExecutor(num_workers=0, default_timeout_s=0) as executor:
-        result = score_and_fuse(
-            executor, RewardFusion(sources), ["p", "p"], ["1", "2"], {"answer": ["1", "1"]}, group_size=2
-        )
+        batch = RewardBatch(["p", "p"], ["1", "2"], {"answer": ["1", "1"]}, group_size=2)
+        result = score_and_fuse(executor, RewardFusion(sources), batch)
     assert all(math.isnan(v) for v in result.per_function["boom"])
     assert result.errors == {"boom": "RuntimeError: reward server down", "exact": None}
     assert result.fused == [1.0, 0.0]
@@ -181,7 +182,7 @@ def test_masked_function_is_not_called_again():
     fusion = RewardFusion([RewardSource("f", failing), source("ok")], max_consecutive_failures=1)
     with RewardExecutor(0, 0) as executor:
         for _ in range(3):
-            result = score_and_fuse(executor, fusion, ["p"], ["c"], {}, 1)
+            result = score_and_fuse(executor, fusion, RewardBatch(["p"], ["c"], {}, 1))
     assert len(calls) == 1 and result.masked == ["f"] and result.fused == [0.0]
 
 

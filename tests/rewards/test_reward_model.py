@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 from transformers import LlamaConfig, LlamaForSequenceClassification
 
+from grpo_cli.config.schema import RewardFunctionConfig, TrainConfig
 from grpo_cli.errors import GrpoError
 from grpo_cli.models import build_tiny_tokenizer
 from grpo_cli.rewards import RewardModelScorer, resolve_reward_sources
@@ -85,18 +86,22 @@ def test_load_errors_name_the_path(tmp_path):
 
 
 def test_spec_with_model_path_resolves_to_a_scorer(model_dir):
-    spec = SimpleNamespace(
-        name="rm",
-        target=None,
-        weight=0.5,
-        kwargs={},
-        model_path=str(model_dir),
-        device="cpu",
-        batch_size=3,
-        parallel=True,
+    spec = RewardFunctionConfig(
+        name="rm", weight=0.5, model_path=str(model_dir), device="cpu", batch_size=3, parallel=True
     )
     (source,) = resolve_reward_sources([spec])
     assert isinstance(source.fn, RewardModelScorer) and source.fn.batch_size == 3
     assert source.normalize == "zscore"  # unset: reward model logits are unbounded
     assert not source.parallel  # a model stays in the process that loaded it
     assert len(source.fn(["q"], ["a"])) == 1
+
+
+def test_a_reward_model_composed_like_the_cli_is_z_scored_by_default(model_dir):
+    """`normalize` left unset in YAML or on the command line must reach the source as unset."""
+    user = {
+        "reward": {"functions": [{"name": "rm", "model_path": str(model_dir)}, {"name": "em", "target": "exact_match"}]}
+    }
+    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), user))
+    assert [fn.normalize for fn in cfg.reward.functions] == [None, None]
+    rm, em = resolve_reward_sources(cfg.reward.functions, device="cpu")
+    assert (rm.normalize, em.normalize) == ("zscore", "none")

@@ -1,4 +1,7 @@
-"""Code rewards and the sandbox they run candidates in (DESIGN.md §3, §6)."""
+"""Code rewards and the sandbox they run candidates in (DESIGN.md §3, §6).
+
+`SandboxConfig` is the `sandbox.*` config section's class (grpo_cli.config.schema), re-exported.
+"""
 
 from grpo_cli.rewards.code.sandbox import (
     CandidateFailure,

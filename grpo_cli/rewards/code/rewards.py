@@ -22,6 +22,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from functools import lru_cache
 from typing import Any
 
+from grpo_cli.config.schema import SandboxConfig
 from grpo_cli.rewards.code.tasks import (
     PASSED,
     CallCase,
@@ -46,9 +47,10 @@ _SANDBOX_LOCK = threading.Lock()
 
 
 def _sandbox(**settings: Any) -> Any:
-    """The process's Sandbox for these settings (the `SandboxConfig` fields among them; data
-    columns and other kwargs are ignored). Probing the backend happens once, here."""
-    from grpo_cli.rewards.code.sandbox import Sandbox, SandboxConfig  # only when code is judged
+    """The process's Sandbox for these settings (the `SandboxConfig` fields among them, the
+    `sandbox.*` defaults for the rest; data columns and other kwargs are ignored). Probing the
+    backend happens once, here."""
+    from grpo_cli.rewards.code.sandbox import Sandbox  # only when code is judged
 
     names = [f.name for f in dataclasses.fields(SandboxConfig)]
     config = SandboxConfig(**{name: settings[name] for name in names if name in settings})

@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from grpo_cli.config.schema import SandboxConfig
 from grpo_cli.rewards.code import backends, runner
 from grpo_cli.rewards.code.child import Child, Deadline, Flood
 from grpo_cli.rewards.code.faults import CandidateFailure, HarnessFault
@@ -46,18 +47,11 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-@dataclass
-class SandboxConfig:
-    """`sandbox.*` in the config (DESIGN.md §6, §7)."""
-
-    backend: str = "auto"  # auto | bwrap | unshare | process; auto probes in that order
-    require_isolation: bool = False  # refuse to start without network/PID namespaces
-    timeout_s: float = 5.0  # wall clock per completion (the whole session), enforced by the parent
-    memory_mb: int = 512  # RLIMIT_AS of the candidate's process
-    workers: int = 1  # parallel sessions in run_many (at most os.cpu_count())
-    max_output_bytes: int = 1_000_000  # read from the child's pipes per session; more is a flood: killed
-    max_source_bytes: int = 100_000  # longer candidate source scores 0 without running
-    prewarm: bool = True  # fork each completion from a pre-warmed runner; false: start the backend per completion
+# Fixed limits, not settings: generous for any honest completion, small enough that a hostile one
+# costs nothing. Over MAX_OUTPUT_BYTES read from a session's pipes is a flood (killed, scores 0);
+# a source over MAX_SOURCE_BYTES scores 0 without running.
+MAX_OUTPUT_BYTES = 1_000_000
+MAX_SOURCE_BYTES = 100_000
 
 
 @dataclass(frozen=True)
@@ -92,8 +86,8 @@ class Session:
         self._deadline = time.monotonic() + sandbox.cfg.timeout_s
         self._next_id = 0
         self._child: Child | None = None
-        if _source_too_long(source, sandbox.cfg.max_source_bytes):
-            raise self._fail("too_large", f"source over {sandbox.cfg.max_source_bytes} bytes: not run")
+        if _source_too_long(source, MAX_SOURCE_BYTES):
+            raise self._fail("too_large", f"source over {MAX_SOURCE_BYTES} bytes: not run")
         job = {"mode": "call", "source": source, "entry_point": entry_point, **sandbox._job_fields()}
         self._child = sandbox._spawn(job)
         try:
@@ -214,8 +208,6 @@ class Sandbox:
             raise ValueError(f"sandbox.backend must be one of {', '.join(BACKENDS)}, not {cfg.backend!r}")
         if cfg.timeout_s <= 0 or cfg.memory_mb < 32 or cfg.workers < 1:
             raise ValueError("sandbox: timeout_s must be > 0, memory_mb >= 32 and workers >= 1")
-        if cfg.max_output_bytes < 4096 or cfg.max_source_bytes < 1:
-            raise ValueError("sandbox: max_output_bytes must be >= 4096 and max_source_bytes >= 1")
         self.workers = min(cfg.workers, os.cpu_count() or 1)
         self._lock = threading.Lock()
         self._live: set[Child] = set()
@@ -330,11 +322,11 @@ class Sandbox:
         cfg = self.cfg
         return {
             "limits": backends.limits(cfg.memory_mb, cfg.timeout_s, self.workers),
-            "max_record_bytes": cfg.max_output_bytes,
+            "max_record_bytes": MAX_OUTPUT_BYTES,
         }
 
     def _spawn(self, job: dict, close_stdin_when_sent: bool = False) -> Child:
-        cap = self.cfg.max_output_bytes
+        cap = MAX_OUTPUT_BYTES
         if self.prewarm and self._servers:
             pool = self._servers[0]
             server = pool.acquire()
@@ -366,8 +358,8 @@ class Sandbox:
     def run_program(self, source: str, stdin: str) -> ProgramResult:
         """Run `source` as a script on `stdin`. CandidateFailure for an over-long source or an output
         flood; a timeout is reported in the result (timed_out=True)."""
-        if _source_too_long(source, self.cfg.max_source_bytes):
-            raise CandidateFailure(f"source over {self.cfg.max_source_bytes} bytes: not run", "too_large")
+        if _source_too_long(source, MAX_SOURCE_BYTES):
+            raise CandidateFailure(f"source over {MAX_SOURCE_BYTES} bytes: not run", "too_large")
         deadline = time.monotonic() + self.cfg.timeout_s
         job = {"mode": "program", "source": source, "entry_point": None, "stdin": stdin, **self._job_fields()}
         child = self._spawn(job, close_stdin_when_sent=True)
@@ -378,7 +370,7 @@ class Sandbox:
         except Deadline:
             timed_out = True
         except Flood:
-            raise CandidateFailure(f"more than {self.cfg.max_output_bytes} bytes of output", "output_flood") from None
+            raise CandidateFailure(f"more than {MAX_OUTPUT_BYTES} bytes of output", "output_flood") from None
         finally:
             child.close(graceful=False)
             self._forget(child)

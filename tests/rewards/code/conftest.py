@@ -1,5 +1,9 @@
 """One Sandbox per backend and mode for the whole run, skipped where that backend's probe fails here.
 
+Except in CI: `.ci/run` installs bubblewrap and sets GRPO_REQUIRE_ISOLATED_SANDBOX=1, and then a
+test that cannot run on bwrap fails instead of skipping, so a green run has exercised an isolated
+backend (unshare may still skip: CI containers often disable the user namespaces it needs).
+
 Every `sandbox` test runs on each backend twice: with pre-warmed runners (the default; each
 completion is a worker forked from a runner that stays) and one-shot (`prewarm=False`: the backend
 is started per completion). "Nothing left behind" means: no process of the sandbox but its idle
@@ -9,6 +13,7 @@ runners, and no file in any work dir.
 from __future__ import annotations
 
 import os
+from typing import NoReturn
 
 import pytest
 
@@ -19,6 +24,16 @@ MODES = [(backend, prewarm) for backend in BACKENDS for prewarm in (True, False)
 ISOLATED = ("bwrap", "unshare")
 AS_ROOT = os.geteuid() == 0
 TIMEOUT_S = 2.0
+REQUIRE_ISOLATED_ENV = "GRPO_REQUIRE_ISOLATED_SANDBOX"
+REQUIRE_ISOLATED = os.environ.get(REQUIRE_ISOLATED_ENV, "") not in ("", "0")
+REQUIRED_BACKENDS = ("bwrap",) if REQUIRE_ISOLATED else ()  # what .ci/run installs
+
+
+def isolation_missing(message: str) -> NoReturn:
+    """Skip, or under GRPO_REQUIRE_ISOLATED_SANDBOX=1 fail: a test that needs an isolated backend."""
+    if REQUIRE_ISOLATED:
+        pytest.fail(f"{message} ({REQUIRE_ISOLATED_ENV}=1: this run must test an isolated sandbox)", pytrace=False)
+    pytest.skip(message)
 
 
 def processes_running(needle: bytes) -> list[int]:
@@ -79,7 +94,8 @@ def open_fds() -> int:
 def sandbox_factory():
     made: dict[tuple, Sandbox | HarnessFault] = {}
 
-    def get(backend: str, **overrides) -> Sandbox:
+    def build(backend: str, **overrides) -> Sandbox | HarnessFault:
+        """The shared Sandbox for these settings, or why it cannot start here (never skips)."""
         key = (backend, tuple(sorted(overrides.items())))
         if key not in made:
             cfg = SandboxConfig(backend=backend, timeout_s=overrides.pop("timeout_s", TIMEOUT_S), **overrides)
@@ -87,11 +103,18 @@ def sandbox_factory():
                 made[key] = Sandbox(cfg)
             except HarnessFault as err:
                 made[key] = err
-        box = made[key]
+        return made[key]
+
+    def get(backend: str, **overrides) -> Sandbox:
+        box = build(backend, **overrides)
         if isinstance(box, HarnessFault):
-            pytest.skip(f"the {backend} sandbox does not work on this machine: {box}")
+            message = f"the {backend} sandbox does not work on this machine: {box}"
+            if backend in REQUIRED_BACKENDS:
+                isolation_missing(message)
+            pytest.skip(message)
         return box
 
+    get.build = build
     get.boxes = lambda: [box for box in made.values() if isinstance(box, Sandbox)]
     yield get
     for box in made.values():

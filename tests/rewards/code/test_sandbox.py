@@ -9,8 +9,10 @@ import time
 
 import pytest
 
+from grpo_cli.config import schema
 from grpo_cli.rewards.code import CandidateFailure, HarnessFault, Sandbox, SandboxConfig, backends
-from tests.rewards.code.conftest import AS_ROOT, ISOLATED, leftovers, sandbox_processes
+from grpo_cli.rewards.code import sandbox as sandbox_module
+from tests.rewards.code.conftest import AS_ROOT, ISOLATED, isolation_missing, leftovers, sandbox_processes
 
 IDENTITY = "def f(*args, **kwargs):\n    return args[0] if args else kwargs\n"
 
@@ -283,11 +285,11 @@ def test_require_isolation_refuses_to_run_without_namespaces(monkeypatch):
 
 def test_require_isolation_is_met_by_a_namespace_backend():
     if not any(backends.find_tool(name) for name in ISOLATED):
-        pytest.skip("neither bwrap nor unshare is installed")
+        isolation_missing("neither bwrap nor unshare is installed")
     try:
         box = Sandbox(SandboxConfig(backend="auto", require_isolation=True))
     except HarnessFault as err:
-        pytest.skip(f"no namespace backend works here: {err}")
+        isolation_missing(f"no namespace backend works here: {err}")
     with box:
         assert box.backend in ISOLATED
 
@@ -302,6 +304,14 @@ def test_no_usable_interpreter_is_a_harness_fault(monkeypatch):
     monkeypatch.setattr(backends, "interpreters", lambda: [])
     with pytest.raises(HarnessFault, match="interpreter"):
         Sandbox(SandboxConfig(backend="process"))
+
+
+def test_the_settings_are_the_sandbox_config_section():
+    """One class: what `sandbox.*` composes is what Sandbox takes; the byte limits are constants."""
+    assert SandboxConfig is schema.SandboxConfig
+    assert schema.TrainConfig().sandbox == schema.ScoreConfig().sandbox == SandboxConfig()
+    assert not hasattr(SandboxConfig(), "max_output_bytes") and not hasattr(SandboxConfig(), "max_source_bytes")
+    assert sandbox_module.MAX_SOURCE_BYTES < len("x = 1\n" * 20_000)  # what test_oversized_source_is_not_run sends
 
 
 def test_config_errors():

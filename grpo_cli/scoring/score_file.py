@@ -12,8 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,67 +21,9 @@ import torch
 from grpo_cli.core.advantages import group_advantages
 from grpo_cli.data.jsonl import iter_jsonl
 from grpo_cli.errors import GrpoError
-from grpo_cli.rewards.executor import RewardExecutor
-from grpo_cli.rewards.fusion import RewardFusion
-from grpo_cli.rewards.sources import RewardSource
-
-
-@dataclass
-class RunningStats:
-    """Welford mean/std over finite values, plus a NaN count: constant memory per function."""
-
-    count: int = 0
-    mean: float = 0.0
-    m2: float = 0.0
-    nan_count: int = 0
-
-    def add(self, value: float) -> None:
-        if value is None or math.isnan(value):
-            self.nan_count += 1
-            return
-        self.count += 1
-        delta = value - self.mean
-        self.mean += delta / self.count
-        self.m2 += delta * (value - self.mean)
-
-    def as_dict(self) -> dict[str, Any]:
-        std = math.sqrt(self.m2 / (self.count - 1)) if self.count > 1 else 0.0
-        return {
-            "mean": self.mean if self.count else None,
-            "std": std,
-            "count": self.count,
-            "nan_count": self.nan_count,
-        }
-
-
-@dataclass
-class WeightEffect:
-    """Streaming Cov(x_i, R) / Var(R) over every scorable completion of the file."""
-
-    n: int = 0
-    sum_r: float = 0.0
-    sum_rr: float = 0.0
-    sum_x: dict[str, float] = field(default_factory=dict)
-    sum_xr: dict[str, float] = field(default_factory=dict)
-
-    def add(self, contributions: dict[str, float], fused: float) -> None:
-        self.n += 1
-        self.sum_r += fused
-        self.sum_rr += fused * fused
-        for name, x in contributions.items():
-            self.sum_x[name] = self.sum_x.get(name, 0.0) + x
-            self.sum_xr[name] = self.sum_xr.get(name, 0.0) + x * fused
-
-    def shares(self) -> dict[str, float]:
-        if self.n < 2:
-            return {}
-        mean_r = self.sum_r / self.n
-        var_r = self.sum_rr / self.n - mean_r**2
-        if var_r <= 1e-12:
-            return {}
-        return {
-            name: (self.sum_xr[name] / self.n - (self.sum_x[name] / self.n) * mean_r) / var_r for name in self.sum_x
-        }
+from grpo_cli.rewards import RewardBatch, RewardExecutor, RewardFusion, score_and_fuse
+from grpo_cli.rewards.sources import uses_completion_lengths
+from grpo_cli.stats import WeightEffect, Welford
 
 
 def _read_groups(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -108,23 +49,53 @@ def _batches(path: Path, batch_size: int) -> Iterator[list[tuple[int, dict[str, 
         yield batch
 
 
+def _completion_lengths(
+    path: Path,
+    batch: list[tuple[int, dict[str, Any]]],
+    count_tokens: Callable[[str], int] | None,
+    readers: list[str],
+) -> list[int | None]:
+    """Token counts as training passes them: the file's `token_count`, else the tokenizer's count.
+
+    Characters are not tokens (about 4 per token for English BPE), so a length-reading reward
+    such as `overlong` without either is an error, not a silent 4x early penalty.
+    """
+    lengths: list[int | None] = []
+    for lineno, row in batch:
+        for i, completion in enumerate(row["completions"]):
+            count = completion.get("token_count")
+            if count is None and count_tokens is not None:
+                count = count_tokens(completion["text"])
+            if count is None and readers:
+                raise GrpoError(
+                    f"{path}:{lineno}: completion {i} has no token_count, which reward(s) {readers} read: "
+                    "add token_count to the file, or set tokenizer=DIR (a local model or tokenizer directory)"
+                )
+            if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
+                raise GrpoError(f"{path}:{lineno}: completion {i}: token_count must be a non-negative integer")
+            lengths.append(count)
+    return lengths
+
+
 def score_rollouts_file(
     input_path: Path,
     output_path: Path,
-    sources: list[RewardSource],
     fusion: RewardFusion,
     executor: RewardExecutor,
     scale_rewards: str = "group",
     batch_size: int = 64,
+    count_tokens: Callable[[str], int] | None = None,
 ) -> dict[str, Any]:
-    """Returns the summary (also what `score_summary.json` holds)."""
+    """Returns the summary (also what `score_summary.json` holds). `count_tokens` counts the
+    tokens of completions that carry no `token_count`."""
     input_path, output_path = Path(input_path), Path(output_path)
     if not input_path.is_file():
         raise GrpoError(f"input={input_path}: no such file")
     output_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = output_path.with_name(f".{output_path.name}.partial")
-    per_function = {s.name: RunningStats() for s in sources}
-    fused_stats = RunningStats()
+    readers = uses_completion_lengths(fusion.sources)
+    per_function = {s.name: Welford() for s in fusion.sources}
+    fused_stats = Welford()
     effect = WeightEffect()
     alerts: list[str] = []
     prompts_seen = completions_seen = zero_std_groups = 0
@@ -143,22 +114,21 @@ def score_rollouts_file(
                         "(every prompt needs the same group size)"
                     )
             rows = [row for _, row in batch]
-            prompts = [row["prompt"] for row in rows for _ in range(group_size)]
-            texts = [c["text"] for row in rows for c in row["completions"]]
-            column_names = sorted({k for row in rows for k in row if k not in ("prompt", "completions")})
-            columns = {k: [row.get(k) for row in rows for _ in range(group_size)] for k in column_names}
-            columns["completion_lengths"] = [
-                c.get("token_count", len(c["text"])) for row in rows for c in row["completions"]
-            ]
-            scores = executor.run(sources, prompts, texts, columns)
-            result = fusion.fuse(scores, group_size)
+            reward_batch = RewardBatch.from_groups(
+                rows,
+                [c["text"] for row in rows for c in row["completions"]],
+                _completion_lengths(input_path, batch, count_tokens, readers),
+                group_size,
+                exclude=("completions",),
+            )
+            result = score_and_fuse(executor, fusion, reward_batch)
             alerts.extend(result.alerts)
             masked = list(result.masked)
             fused = torch.tensor(result.fused, dtype=torch.float64)
             advantages, adv_stats = group_advantages(fused, group_size, scale_rewards)
             zero_std_groups += round(adv_stats.frac_zero_std_groups * len(rows))
-            for i in range(len(texts)):
-                row, completion = rows[i // group_size], rows[i // group_size]["completions"][i % group_size]
+            for i in range(len(reward_batch)):
+                completion = rows[i // group_size]["completions"][i % group_size]
                 values = {name: result.per_function[name][i] for name in result.per_function}
                 for name, value in values.items():
                     per_function[name].add(value)
@@ -172,7 +142,7 @@ def score_rollouts_file(
             for row in rows:
                 out.write(json.dumps(row) + "\n")
             prompts_seen += len(rows)
-            completions_seen += len(texts)
+            completions_seen += len(reward_batch)
     os.replace(tmp, output_path)
     return {
         "input": str(input_path),

@@ -1,0 +1,189 @@
+"""policy_update: one call per rollout batch, `num_iterations` passes over mini-batches of whole
+groups, one optimizer step each (DESIGN.md §3, "Updates per rollout").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from grpo_cli.config.schema import AlgoConfig
+from grpo_cli.core.logprobs import completion_logprobs
+from grpo_cli.core.loss import LossNormalizer, aggregate_loss, clipped_surrogate, importance_ratio, kl_penalty
+from grpo_cli.rollout.base import Rollout
+
+AutocastFactory = Callable[[], contextlib.AbstractContextManager]
+
+
+@dataclass
+class UpdateSettings:
+    """What the update needs beyond `algo.*`; the trainer fills it from the config once."""
+
+    temperature: float  # rollout.temperature: log-probs of the distribution that sampled
+    max_new_tokens: int  # dr_grpo's constant denominator
+    grad_accum_steps: int  # micro-batches per optimizer step: memory, not maths
+    max_grad_norm: float  # 0: no clipping (the norm is still measured)
+
+
+@dataclass
+class UpdateStats:
+    loss: float  # mean over optimizer steps of the step's full loss
+    kl: float | None  # mean per loss token; None when beta = 0 (no reference)
+    clip_frac_low: float  # share of loss tokens whose lower clip changed the objective
+    clip_frac_high: float
+    grad_norm: float  # mean over applied steps, before clipping; NaN when none was applied
+    optimizer_steps: int  # applied steps (what the scheduler counted)
+    skipped_updates: int  # non-finite loss or gradient: weights and optimizer state left alone
+
+    def metrics(self) -> dict[str, float | int | None]:
+        return {
+            "loss": self.loss,
+            "kl": self.kl,
+            "clip_frac": self.clip_frac_low + self.clip_frac_high,
+            "clip_frac/low": self.clip_frac_low,
+            "clip_frac/high": self.clip_frac_high,
+            "grad_norm": self.grad_norm,
+            "optimizer_steps": self.optimizer_steps,
+            "skipped_updates": self.skipped_updates,
+        }
+
+
+def plan_mini_batches(
+    num_groups: int, group_size: int, mini_batches: int, generator: torch.Generator | None = None
+) -> list[torch.Tensor]:
+    """Row indices of exactly `mini_batches` mini-batches of whole groups, in a random group order.
+
+    `tensor_split` gives exactly the count asked for (sizes differ by at most one group), where
+    `chunk` may return fewer and leave the LR schedule longer than the run.
+
+    >>> [rows.tolist() for rows in plan_mini_batches(3, 2, 2, torch.Generator().manual_seed(0))]
+    [[4, 5, 0, 1], [2, 3]]
+    """
+    if not 1 <= mini_batches <= num_groups:
+        raise ValueError(f"{mini_batches} mini-batches need between 1 and {num_groups} groups each")
+    order = torch.randperm(num_groups, generator=generator)
+    return [
+        (groups.unsqueeze(1) * group_size + torch.arange(group_size)).reshape(-1)
+        for groups in order.tensor_split(mini_batches)
+    ]
+
+
+@torch.no_grad()
+def _logprobs_no_grad(
+    model: torch.nn.Module, rollout: Rollout, micro: int, temperature: float, autocast: AutocastFactory
+) -> torch.Tensor:
+    chunks = []
+    for idx in torch.arange(rollout.completion_ids.size(0), device=rollout.completion_ids.device).split(micro):
+        with autocast():
+            chunks.append(
+                completion_logprobs(
+                    model,
+                    rollout.prompt_ids[idx],
+                    rollout.prompt_mask[idx],
+                    rollout.completion_ids[idx],
+                    rollout.completion_mask[idx],
+                    temperature,
+                )
+            )
+    return torch.cat(chunks)
+
+
+def policy_update(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    rollout: Rollout,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    algo: AlgoConfig,
+    settings: UpdateSettings,
+    reference: torch.nn.Module | None = None,
+    autocast: AutocastFactory = contextlib.nullcontext,
+    on_first_step: Callable[[], None] | None = None,
+) -> UpdateStats:
+    """Clipped-surrogate (+ β·KL) updates on one rollout batch.
+
+    `loss_mask` [N, C] is the completion mask with unscorable (and, with mask_truncated,
+    truncated) rows zeroed: loss denominators count its tokens and sequences only. The scheduler
+    steps with the optimizer, so a skipped non-finite step is not counted. `on_first_step` runs
+    just before the first optimizer step moves the weights (the trainer's point of no return).
+    """
+    n, g = advantages.size(0), rollout.group_size
+    device = advantages.device
+    micro_size = max(1, math.ceil(n / settings.grad_accum_steps))
+    # Stored behaviour log-probs only when the policy moves before the last update; with a
+    # single update old = stop_gradient(lp), which costs no extra forward pass.
+    reuse_old = algo.num_iterations > 1 or algo.mini_batches > 1
+    old_logps = _logprobs_no_grad(model, rollout, micro_size, settings.temperature, autocast) if reuse_old else None
+    ref_logps = (
+        _logprobs_no_grad(reference, rollout, micro_size, settings.temperature, autocast)
+        if reference is not None
+        else None
+    )
+    max_norm = settings.max_grad_norm if settings.max_grad_norm > 0 else math.inf
+    loss_sum = kl_sum = low_sum = high_sum = tokens = 0.0
+    norms: list[float] = []
+    steps = skipped = 0
+    for _ in range(algo.num_iterations):
+        for rows in plan_mini_batches(n // g, g, algo.mini_batches):
+            rows = rows.to(device)
+            mask_mb = loss_mask[rows]
+            micro_batches = rows.tensor_split(min(settings.grad_accum_steps, rows.numel()))
+            norm = LossNormalizer(
+                loss_type=algo.loss_type,
+                sequences=int((mask_mb.sum(-1) > 0).sum()),
+                tokens=int(mask_mb.sum()),
+                max_new_tokens=settings.max_new_tokens,
+                micro_batches=len(micro_batches),
+            )
+            step_loss = 0.0
+            for micro in micro_batches:
+                with autocast():
+                    logps = completion_logprobs(
+                        model,
+                        rollout.prompt_ids[micro],
+                        rollout.prompt_mask[micro],
+                        rollout.completion_ids[micro],
+                        rollout.completion_mask[micro],
+                        settings.temperature,
+                    )
+                old = old_logps[micro] if old_logps is not None else logps.detach()
+                mask = loss_mask[micro]
+                ratio = importance_ratio(logps, old, mask, algo.ratio_level)
+                per_token, low, high = clipped_surrogate(ratio, advantages[micro], algo.epsilon_low, algo.epsilon_high)
+                if ref_logps is not None:
+                    kl = kl_penalty(logps, ref_logps[micro], algo.kl_estimator)
+                    per_token = per_token + algo.beta * kl
+                    kl_sum += (kl.detach() * mask).sum().item()
+                loss = aggregate_loss(per_token, mask, norm)
+                loss.backward()
+                step_loss += loss.item()
+                low_sum += (low * mask).sum().item()
+                high_sum += (high * mask).sum().item()
+                tokens += mask.sum().item()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).item()
+            if math.isfinite(grad_norm) and math.isfinite(step_loss):
+                if on_first_step is not None and steps == 0:
+                    on_first_step()
+                optimizer.step()
+                scheduler.step()
+                steps += 1
+                norms.append(grad_norm)
+                loss_sum += step_loss
+            else:  # a non-finite step would poison the weights and Adam's moments: skip and count it
+                skipped += 1
+            optimizer.zero_grad(set_to_none=True)
+    tokens = max(tokens, 1.0)
+    return UpdateStats(
+        loss=loss_sum / steps if steps else math.nan,
+        kl=kl_sum / tokens if ref_logps is not None else None,
+        clip_frac_low=low_sum / tokens,
+        clip_frac_high=high_sum / tokens,
+        grad_norm=sum(norms) / len(norms) if norms else math.nan,
+        optimizer_steps=steps,
+        skipped_updates=skipped,
+    )

@@ -1,0 +1,21 @@
+"""What a finished step hands to whoever watches the run, and the one method a watcher implements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass
+class StepResult:
+    step: int
+    metrics: dict[str, Any]  # scalars (and a few strings, e.g. the sandbox backend): one metrics.jsonl line
+    samples: list[dict[str, Any]] = field(default_factory=list)  # prompt, completion, rewards, advantage
+    alerts: list[str] = field(default_factory=list)  # events a user must see (a reward function masked)
+
+
+class Observer(Protocol):
+    """Watches finished steps (metrics file, completion log, console, trackers). An observer
+    never changes training; the step counts as finished only once every observer has run."""
+
+    def on_step(self, result: StepResult) -> None: ...

@@ -1,0 +1,59 @@
+"""One step's figures for metrics.jsonl: the names users grep for, computed by the shared helpers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grpo_cli.core.advantages import AdvantageStats
+from grpo_cli.core.update import UpdateStats
+from grpo_cli.rewards import FusionResult
+from grpo_cli.rollout import Rollout
+from grpo_cli.stats import nan_fraction, nanmean, nanstd
+
+
+def step_metrics(
+    step: int,
+    fusion: FusionResult,
+    adv_stats: AdvantageStats,
+    update: UpdateStats,
+    rollout: Rollout,
+    lr: float,
+    timings: dict[str, float],
+    diagnostics: dict[str, Any],
+) -> dict[str, Any]:
+    lengths = rollout.lengths.float()
+    return {
+        "step": step,
+        "reward/mean": nanmean(fusion.fused),
+        "reward/std": nanstd(fusion.fused),
+        **{f"reward/{name}/mean": nanmean(values) for name, values in fusion.per_function.items()},
+        **{f"reward/{name}/nan_frac": nan_fraction(values) for name, values in fusion.per_function.items()},
+        **{f"weight_effect/{name}": share for name, share in fusion.weight_effect.items()},
+        "reward/masked_functions": len(fusion.masked),
+        **diagnostics,
+        **update.metrics(),
+        "completion_len/mean": lengths.mean().item(),
+        "completion_len/max": lengths.max().item(),
+        "frac_truncated": rollout.truncated.float().mean().item(),
+        "frac_zero_std_groups": adv_stats.frac_zero_std_groups,
+        "frac_unscorable": len(adv_stats.unscorable_indices) / len(fusion.fused),
+        "lr": lr,
+        **{f"time/{name}_s": seconds for name, seconds in timings.items()},
+    }
+
+
+def step_samples(
+    examples: list[dict[str, Any]], rollout: Rollout, fusion: FusionResult, advantages: list[float], limit: int
+) -> list[dict[str, Any]]:
+    """The first `limit` completions with their per-function rewards, for the completion log."""
+    g = rollout.group_size
+    return [
+        {
+            "prompt": examples[i // g]["prompt"],
+            "completion": rollout.texts[i],
+            "rewards": {name: values[i] for name, values in fusion.per_function.items()},
+            "reward": fusion.fused[i],
+            "advantage": advantages[i],
+        }
+        for i in range(min(len(fusion.fused), limit))
+    ]

@@ -1,0 +1,65 @@
+"""A resume must run the config the checkpoint was trained with, up to changes that leave the maths alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grpo_cli.errors import GrpoError
+
+# Keys a resumed run may change freely: how long it runs, what it logs and saves, where and how
+# fast it computes. Anything else (G, lr, model, rewards, algorithm...) changes what is learnt.
+RESUMABLE_CHANGES = (
+    "train.steps",
+    "train.save_every",
+    "train.eval_every",
+    "train.resume",
+    "train.resume_allow_changes",
+    "train.device",
+    "train.threads",
+    "monitor.",
+    "debug.",
+    "reward.num_workers",
+    "reward.timeout_s",
+    "sandbox.workers",
+    "sandbox.prewarm",
+)
+
+
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            out.update(_flatten(value, f"{prefix}{key}."))
+        return out
+    if isinstance(node, (list, tuple)) and any(isinstance(v, dict) for v in node):
+        out = {f"{prefix}length": len(node)}  # e.g. reward.functions: one key per element field
+        for i, value in enumerate(node):
+            out.update(_flatten(value, f"{prefix}{i}."))
+        return out
+    return {prefix[:-1]: list(node) if isinstance(node, tuple) else node}
+
+
+def config_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """Dotted keys whose values differ, e.g. `rollout.num_generations: 8 -> 4`.
+
+    >>> config_changes({"a": {"b": 1, "c": [1, 2]}}, {"a": {"b": 2, "c": [1, 2]}})
+    ['a.b: 1 -> 2']
+    """
+    before, after = _flatten(saved), _flatten(current)
+    keys = sorted(set(before) | set(after))
+    return [
+        f"{k}: {before.get(k, '<absent>')} -> {after.get(k, '<absent>')}" for k in keys if before.get(k) != after.get(k)
+    ]
+
+
+def check_resume_config(saved: dict[str, Any], current: dict[str, Any], checkpoint: str, allow: bool) -> list[str]:
+    """Raise on changes that alter the maths unless `allow`; return every change, to be logged."""
+    changes = config_changes(saved, current)
+    blocking = [c for c in changes if not c.split(":", 1)[0].startswith(RESUMABLE_CHANGES)]
+    if blocking and not allow:
+        raise GrpoError(
+            f"resuming from {checkpoint} with a different config: {'; '.join(blocking)}. These change the "
+            "training maths; run with the checkpoint's values, start a new run (another hydra.run.dir, or "
+            "train.resume=never), or set train.resume_allow_changes=true"
+        )
+    return changes

@@ -1,0 +1,242 @@
+"""The GRPO loop: rollout -> score -> advantage -> update -> observers, one `step()` per batch.
+
+The composition root of training: every stage is a call into its own module, and `step()` reads
+top to bottom (nanoGPT-style). Controllers that change the update are explicit calls in `step()`
+with their state registered in TrainState; observers only watch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from grpo_cli.config.schema import TrainConfig
+from grpo_cli.config.validate import validate
+from grpo_cli.core.advantages import group_advantages
+from grpo_cli.core.checkpoint import latest_checkpoint, load_checkpoint_state, resume_point, save_checkpoint
+from grpo_cli.core.optim import build_optimizer
+from grpo_cli.core.precision import autocast_factory, weights_dtype
+from grpo_cli.core.update import UpdateSettings, policy_update
+from grpo_cli.data import PromptSampler, load_examples, split_examples
+from grpo_cli.errors import GrpoError
+from grpo_cli.models import frozen_reference, load_policy
+from grpo_cli.monitor import Observer, StepResult, truncate_metrics
+from grpo_cli.rewards import RewardExecutor, RewardFusion, check_columns, resolve_reward_sources, reward_diagnostics
+from grpo_cli.rollout import HFGenerator
+from grpo_cli.rollout.prompts import PromptEncoder, context_length, fit_prompts
+from grpo_cli.training.interrupt import DeferredInterrupt
+from grpo_cli.training.metrics import step_metrics, step_samples
+from grpo_cli.training.pipeline import evaluate_greedy, generate_groups, score_rollout
+from grpo_cli.training.resume import check_resume_config
+from grpo_cli.training.state import RngState, TrainState
+
+log = logging.getLogger("grpo")
+EVAL_PROMPTS = 64  # held-out prompts per evaluation: a stable figure at a small cost
+
+
+def seed_everything(seed: int) -> None:
+    """Called at the start of every job: a multirun runs all jobs in one process."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+class GRPOTrainer:
+    """setup() validates and loads everything; train() loops step(); save() writes an atomic checkpoint."""
+
+    def __init__(self, cfg: TrainConfig, run_dir: Path, observers: list[Observer] | None = None) -> None:
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.observers = list(observers or [])
+        self.step_index = 0
+        self.history: list[dict[str, Any]] = []
+        self.resumed_from: Path | None = None
+        self.state = TrainState()
+        self.interrupts = DeferredInterrupt()
+
+    # ---- setup -------------------------------------------------------------------------
+    def setup(self) -> None:
+        cfg = self.cfg
+        for warning in validate(cfg):
+            log.warning(warning)
+        seed_everything(cfg.train.seed)
+        self.device = pick_device(cfg.train.device)
+        if cfg.train.threads > 0:
+            torch.set_num_threads(cfg.train.threads)
+        elif cfg.model.kind == "tiny" and self.device.type == "cpu":
+            torch.set_num_threads(1)  # tiny ops are too small to split; threads only contend
+        # Reward functions resolve first: a wrong import path fails before any model loads.
+        self.reward_sources = resolve_reward_sources(cfg.reward.functions, cfg.train.device, cfg.sandbox)
+        train_examples, eval_examples = split_examples(load_examples(cfg.data), cfg.data.eval_fraction, cfg.data.seed)
+        check_columns(self.reward_sources, list({k for ex in train_examples for k in ex if k != "prompt"}))
+        # e.g. the sandbox backend: shown at start-up, in every metrics line and in the summary
+        self.reward_diagnostics = reward_diagnostics(self.reward_sources)
+        self.reward_fusion = RewardFusion(
+            self.reward_sources, cfg.reward.max_consecutive_failures, cfg.reward.aggregation
+        )
+        self.reward_executor = RewardExecutor(cfg.reward.num_workers, cfg.reward.timeout_s)
+        self.resumed_from = resume_point(cfg.train.resume, self.run_dir)
+        self.model, self.tokenizer, self.model_dir = load_policy(
+            cfg.model, self.run_dir, cfg.train.seed, self.device, weights_dtype(cfg.precision), self.resumed_from
+        )
+        # No reference model is built or run when beta = 0; a resumed run reloads the starting model.
+        starting_dir = self.model_dir if self.resumed_from else None
+        self.reference = frozen_reference(self.model, starting_dir) if cfg.algo.beta > 0 else None
+        self.generator = HFGenerator(self.model, self.tokenizer, cfg.rollout)
+        self.encoder = PromptEncoder(self.tokenizer, cfg.data.max_prompt_tokens, self.device)
+        splits, self.prompt_budget = fit_prompts(
+            {"train": train_examples, "eval": eval_examples},
+            self.encoder,
+            cfg.data.max_prompt_tokens,
+            cfg.rollout.max_new_tokens,
+            context_length(self.model),
+            cfg.data.on_long_prompt,
+        )
+        self.train_examples, self.eval_examples = splits["train"], splits["eval"]
+        self.sampler = PromptSampler(self.train_examples, cfg.train.seed)
+        updates_per_step = cfg.algo.num_iterations * cfg.algo.mini_batches  # exact: mini-batches are planned
+        self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, cfg.train.steps * updates_per_step)
+        self.autocast = autocast_factory(self.device, cfg.precision)
+        self.update_settings = UpdateSettings(
+            cfg.rollout.temperature, cfg.rollout.max_new_tokens, cfg.train.grad_accum_steps, cfg.optim.max_grad_norm
+        )
+        self.state.register("rng", RngState())
+        self.state.register("sampler", self.sampler)
+        self.state.register("fusion", self.reward_fusion)
+        if self.resumed_from is not None:
+            self._restore(self.resumed_from)
+        else:  # a fresh start in a used run directory must not append to an older run's lines
+            truncate_metrics(self.run_dir / "metrics.jsonl", 0)
+
+    # ---- one step ----------------------------------------------------------------------
+    def step(self) -> StepResult:
+        cfg, g = self.cfg, self.cfg.rollout.num_generations
+        t0 = time.perf_counter()
+        examples = self.sampler.next_batch(cfg.train.prompts_per_step)
+        rollout = generate_groups(examples, self.encoder, self.generator, g)
+        t_gen = time.perf_counter()
+
+        fusion = score_rollout(examples, rollout, self.reward_executor, self.reward_fusion)
+        rewards = torch.tensor(fusion.fused, dtype=torch.float32)
+        advantages, adv_stats = group_advantages(rewards, g, cfg.algo.scale_rewards)
+        t_score = time.perf_counter()
+
+        # Unscorable completions (fused reward NaN) leave the loss and its denominators.
+        loss_mask = rollout.completion_mask.float() * (~torch.isnan(rewards)).float().to(self.device).unsqueeze(1)
+        if cfg.algo.mask_truncated:  # DAPO overlong filtering: truncated answers teach nothing
+            loss_mask = loss_mask * (~rollout.truncated).float().unsqueeze(1)
+        lr = self.scheduler.get_last_lr()[0]
+        update = policy_update(
+            self.model,
+            self.optimizer,
+            self.scheduler,
+            rollout,
+            advantages.to(self.device),
+            loss_mask,
+            cfg.algo,
+            self.update_settings,
+            reference=self.reference,
+            autocast=self.autocast,
+            on_first_step=self.interrupts.arm,  # from here a Ctrl-C waits for the step's observers
+        )
+        t_train = time.perf_counter()
+        self.interrupts.arm()  # even when every update was skipped: the step's outcome is final now
+
+        self.step_index += 1
+        timings = {"generate": t_gen - t0, "score": t_score - t_gen, "train": t_train - t_score, "step": t_train - t0}
+        metrics = step_metrics(
+            self.step_index, fusion, adv_stats, update, rollout, lr, timings, self.reward_diagnostics
+        )
+        samples = step_samples(examples, rollout, fusion, advantages.tolist(), 2 * g)
+        return StepResult(self.step_index, metrics, samples, list(fusion.alerts))
+
+    @torch.no_grad()
+    def evaluate(self, limit: int = EVAL_PROMPTS) -> dict[str, float]:
+        """Greedy answers on the held-out split; the fusion's running state is left alone."""
+        return evaluate_greedy(
+            self.eval_examples[:limit], self.encoder, self.generator, self.reward_executor, self.reward_fusion
+        )
+
+    # ---- the loop ----------------------------------------------------------------------
+    def train(self) -> list[dict[str, Any]]:
+        """A step is finished when its observers have run (and its checkpoint, if due, is written).
+
+        Ctrl-C before the weights move rolls the step back and saves the last finished step; once
+        they move, it is deferred to the end of the step, which is then saved. A second Ctrl-C
+        inside that window stops at once, and the previous checkpoint is the one to resume from.
+        """
+        cfg = self.cfg
+        while self.step_index < cfg.train.steps:
+            start, finished = self.state.state_dict(), False
+            try:
+                with self.interrupts:
+                    result = self.step()
+                    if cfg.train.eval_every and self.step_index % cfg.train.eval_every == 0 and self.eval_examples:
+                        result.metrics.update(self.evaluate())
+                    self.history.append(result.metrics)
+                    for observer in self.observers:
+                        observer.on_step(result)
+                    if cfg.train.save_every and self.step_index % cfg.train.save_every == 0:
+                        self.save()
+                    finished = True
+            except KeyboardInterrupt:
+                if not finished and not self.interrupts.engaged:  # the weights never moved: undo the step
+                    self.state.load_state_dict(start)
+                    self.optimizer.zero_grad(set_to_none=True)
+                if finished or not self.interrupts.engaged:
+                    self.save()
+                raise
+        return self.history
+
+    # ---- checkpoints -------------------------------------------------------------------
+    def save(self) -> Path:
+        """Weights and tokenizer as Hugging Face files; optimizer, scheduler and TrainState beside them."""
+        directory = self.run_dir / "checkpoints" / f"step_{self.step_index:06d}"
+        if latest_checkpoint(self.run_dir) == directory:
+            return directory  # this step is already saved (save_every, then Ctrl-C or the end)
+        trainer_state = {"step": self.step_index, "config": asdict(self.cfg)}
+        training_state = {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "state": self.state.state_dict(),
+        }
+        return save_checkpoint(directory, self.model, self.tokenizer, trainer_state, training_state)
+
+    def _restore(self, directory: Path) -> None:
+        """Continue exactly where the checkpoint left off: same data order, same RNG, same config."""
+        trainer_state, training_state = load_checkpoint_state(directory)
+        current = json.loads(json.dumps(asdict(self.cfg)))  # the JSON round trip the saved one took
+        for change in check_resume_config(
+            trainer_state["config"], current, str(directory), self.cfg.train.resume_allow_changes
+        ):
+            log.warning("resume: config changed since the checkpoint: %s", change)
+        if "state" not in training_state:
+            raise GrpoError(f"{directory}: written by an older grpo; start over with train.resume=never")
+        self.optimizer.load_state_dict(training_state["optimizer"])
+        self.scheduler.load_state_dict(training_state["scheduler"])
+        self.state.load_state_dict(training_state["state"])
+        self.step_index = trainer_state["step"]
+        self.history = truncate_metrics(self.run_dir / "metrics.jsonl", self.step_index)
+
+    def cleanup(self) -> None:
+        """Free the models so the next job of a multirun starts from an empty process."""
+        if hasattr(self, "reward_executor"):
+            self.reward_executor.close()  # worker processes end with the job, not the interpreter
+        models = ("model", "reference", "generator", "optimizer", "scheduler")
+        for name in (*models, "reward_executor", "reward_fusion", "reward_sources"):  # a reward model too
+            if hasattr(self, name):
+                delattr(self, name)
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()

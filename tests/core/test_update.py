@@ -1,0 +1,185 @@
+"""policy_update, the function the trainer calls once per rollout batch, on a real tiny model and a
+real sampled rollout: whole groups per mini-batch, exact optimizer-step counts, old log-probs
+computed once, loss denominators from the loss mask, non-finite steps that change nothing, and
+gradient accumulation that changes memory, not the update."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from grpo_cli.config.schema import AlgoConfig, OptimConfig, RolloutConfig
+from grpo_cli.core.optim import build_optimizer
+from grpo_cli.core.update import UpdateSettings, plan_mini_batches, policy_update
+from grpo_cli.models import load_tokenizer
+from grpo_cli.rollout import HFGenerator, Rollout
+from grpo_cli.rollout.prompts import PromptEncoder
+
+G, PROMPTS, NEW = 4, 6, 6
+
+
+@pytest.fixture(scope="module")
+def base_model(tiny_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    model.train()
+    return model
+
+
+@pytest.fixture(scope="module")
+def rollout(base_model, tiny_model_dir) -> Rollout:
+    tokenizer = load_tokenizer(tiny_model_dir)
+    encoder = PromptEncoder(tokenizer, 64, torch.device("cpu"))
+    ids, mask = encoder([f"{a}+{a + 1}=" for a in range(PROMPTS)])
+    torch.manual_seed(0)
+    out = HFGenerator(base_model, tokenizer, RolloutConfig(max_new_tokens=NEW)).generate(ids, mask, G)
+    assert out.completion_mask.sum(-1).min() >= 1
+    return out
+
+
+def advantages_for(rollout: Rollout, seed: int = 0) -> torch.Tensor:
+    return torch.randn(rollout.completion_ids.size(0), generator=torch.Generator().manual_seed(seed))
+
+
+def run_update(
+    model,
+    rollout,
+    advantages,
+    loss_mask=None,
+    algo=None,
+    grad_accum=1,
+    optimizer="sgd",
+    reference=None,
+    steps_total=100,
+):
+    algo = algo or AlgoConfig()
+    if optimizer == "sgd":  # the update is then w - grad: gradients compare exactly
+        opt = torch.optim.SGD(model.parameters(), lr=1.0)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+    else:
+        opt, sched = build_optimizer(model, OptimConfig(scheduler="linear", warmup_steps=0), steps_total)
+    mask = rollout.completion_mask.float() if loss_mask is None else loss_mask
+    torch.manual_seed(1)  # the mini-batch plan draws from the global RNG, as in training
+    stats = policy_update(
+        model, opt, sched, rollout, advantages, mask, algo, UpdateSettings(1.0, NEW, grad_accum, 0.0), reference
+    )
+    return stats, opt, sched
+
+
+def flat(model) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def test_mini_batches_hold_whole_groups_and_cover_each_group_once() -> None:
+    for groups, parts in ((6, 4), (5, 2), (7, 7)):
+        plan = plan_mini_batches(groups, G, parts, torch.Generator().manual_seed(3))
+        assert len(plan) == parts  # exactly as many optimizer steps as asked: the LR schedule's length
+        rows = torch.cat(plan).tolist()
+        assert sorted(rows) == list(range(groups * G))
+        for mini in plan:
+            starts = {r - r % G for r in mini.tolist()}
+            assert all(set(range(s, s + G)) <= set(mini.tolist()) for s in starts)
+
+
+def test_optimizer_steps_are_exact_and_the_linear_schedule_ends_at_zero(base_model, rollout) -> None:
+    """6 groups in 4 mini-batches: `chunk` made 3, so a linear schedule never reached its end."""
+    algo = AlgoConfig(mini_batches=4, num_iterations=2)
+    steps_total = 3 * algo.mini_batches * algo.num_iterations  # what the trainer plans for 3 steps
+    model = copy.deepcopy(base_model)
+    opt, sched = build_optimizer(model, OptimConfig(scheduler="linear", warmup_steps=0), steps_total)
+    for _ in range(3):
+        stats = policy_update(
+            model,
+            opt,
+            sched,
+            rollout,
+            advantages_for(rollout),
+            rollout.completion_mask.float(),
+            algo,
+            UpdateSettings(1.0, NEW, 1, 1.0),
+        )
+        assert stats.optimizer_steps == 8 and stats.skipped_updates == 0
+    assert sched.get_last_lr()[0] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_old_logprobs_are_computed_once_and_reused_across_iterations(base_model, rollout) -> None:
+    model = copy.deepcopy(base_model)
+    calls = []
+    model.register_forward_hook(lambda module, args, out: calls.append(torch.is_grad_enabled()))
+    stats, _, _ = run_update(model, rollout, advantages_for(rollout), algo=AlgoConfig(num_iterations=3))
+    assert calls.count(False) == 1  # one no-grad pass for the behaviour policy's log-probs
+    assert calls.count(True) == 3  # one grad pass per iteration
+    # Later iterations see the moved policy against the stored old log-probs: ratios leave 1.
+    assert stats.clip_frac_low + stats.clip_frac_high > 0
+
+    single = copy.deepcopy(base_model)
+    calls.clear()
+    single.register_forward_hook(lambda module, args, out: calls.append(torch.is_grad_enabled()))
+    run_update(single, rollout, advantages_for(rollout))
+    assert calls == [True]  # one update per rollout: old = stop_gradient(lp), no extra forward
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dapo", "dr_grpo"])
+def test_masked_rows_count_in_no_denominator(base_model, rollout, loss_type: str) -> None:
+    """Zeroing rows of the loss mask must update exactly like a batch without those rows."""
+    adv = advantages_for(rollout, seed=2)
+    keep = torch.ones(rollout.completion_ids.size(0), dtype=torch.bool)
+    keep[[1, 6, 13]] = False
+    mask = rollout.completion_mask.float() * keep.float().unsqueeze(1)
+    masked = copy.deepcopy(base_model)
+    run_update(masked, rollout, adv, loss_mask=mask, algo=AlgoConfig(loss_type=loss_type))
+
+    rows = keep.nonzero().squeeze(1)
+    smaller = Rollout(
+        rollout.prompt_ids[rows],
+        rollout.prompt_mask[rows],
+        rollout.completion_ids[rows],
+        rollout.completion_mask[rows],
+        rollout.truncated[rows],
+        [rollout.texts[i] for i in rows.tolist()],
+        group_size=int(keep.sum()),  # one "group": mini_batches=1 takes every row either way
+    )
+    removed = copy.deepcopy(base_model)
+    run_update(removed, smaller, adv[rows], algo=AlgoConfig(loss_type=loss_type))
+    assert torch.allclose(flat(masked), flat(removed), atol=1e-6)
+
+
+def test_a_non_finite_step_leaves_weights_and_optimizer_state_untouched(base_model, rollout) -> None:
+    model = copy.deepcopy(base_model)
+    before = flat(model).clone()
+    adv = torch.full((rollout.completion_ids.size(0),), math.nan)
+    stats, opt, sched = run_update(model, rollout, adv, optimizer="adamw")
+    assert stats.skipped_updates == 1 and stats.optimizer_steps == 0
+    assert torch.equal(flat(model), before)
+    assert opt.state_dict()["state"] == {}  # Adam's moments were never touched
+    assert sched.last_epoch == 0  # a skipped step is not a step of the schedule
+    assert math.isnan(stats.grad_norm)  # no applied step: no norm to report, not an inf
+
+
+def test_a_skipped_mini_batch_does_not_poison_the_logged_grad_norm(base_model, rollout) -> None:
+    model = copy.deepcopy(base_model)
+    adv = advantages_for(rollout)
+    adv[: 3 * G] = math.nan  # the first three groups: any mini-batch holding one is non-finite
+    stats, _, sched = run_update(model, rollout, adv, algo=AlgoConfig(mini_batches=6), optimizer="adamw")
+    assert stats.skipped_updates == 3 and stats.optimizer_steps == 3
+    assert sched.last_epoch == 3
+    assert math.isfinite(stats.grad_norm) and math.isfinite(stats.loss)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo"])
+@pytest.mark.parametrize("grad_accum", [2, 5])
+def test_gradient_accumulation_changes_memory_not_the_update(base_model, rollout, loss_type, grad_accum) -> None:
+    reference = copy.deepcopy(base_model)
+    with torch.no_grad():  # a reference that differs, so the KL term has a gradient
+        for p in reference.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    algo = AlgoConfig(loss_type=loss_type, beta=0.04, num_iterations=2, epsilon_high=0.28)
+    adv = advantages_for(rollout, seed=5)
+    whole, split = copy.deepcopy(base_model), copy.deepcopy(base_model)
+    a, _, _ = run_update(whole, rollout, adv, algo=algo, reference=reference)
+    b, _, _ = run_update(split, rollout, adv, algo=algo, grad_accum=grad_accum, reference=reference)
+    assert torch.allclose(flat(whole), flat(split), atol=1e-5)
+    assert a.loss == pytest.approx(b.loss, abs=1e-6) and a.kl == pytest.approx(b.kl, abs=1e-6)
