@@ -25,8 +25,12 @@ def write_rollouts(path: Path, completions: int, group_size: int) -> None:
         for i in range(completions // group_size):
             a, b = rng.randint(0, 99), rng.randint(0, 99)
             texts = [str(a + b + rng.choice([0, 0, 1, -1])) for _ in range(group_size)]
-            row = {"prompt": f"{a}+{b}=", "answer": str(a + b), "id": i,
-                   "completions": [{"text": t, "token_count": len(t) + 1, "finish_reason": "stop"} for t in texts]}
+            row = {
+                "prompt": f"{a}+{b}=",
+                "answer": str(a + b),
+                "id": i,
+                "completions": [{"text": t, "token_count": len(t) + 1, "finish_reason": "stop"} for t in texts],
+            }
             handle.write(json.dumps(row) + "\n")
 
 
@@ -34,9 +38,18 @@ def run(input_path: Path, output: Path, batch_size: int) -> dict[str, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     start = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "grpo_cli", "score", f"input={input_path}", f"output={output}",
-         "reward=arithmetic", f"batch_size={batch_size}"],
-        check=True, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "grpo_cli",
+            "score",
+            f"input={input_path}",
+            f"output={output}",
+            "reward=arithmetic",
+            f"batch_size={batch_size}",
+        ],
+        check=True,
+        capture_output=True,
     )
     wall = time.perf_counter() - start
     peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
@@ -57,8 +70,10 @@ def main() -> None:
             figures = run(rollouts, Path(tmp) / "scored.jsonl", batch_size)
             rate = args.completions / figures["wall_s"]
             # ru_maxrss of children is the max over all children so far: run the small batch first
-            print(f"batch_size={batch_size}: {figures['wall_s']:.1f} s, {rate:,.0f} completions/s, "
-                  f"peak RSS (max so far) {figures['peak_rss_mb']:.0f} MiB")
+            print(
+                f"batch_size={batch_size}: {figures['wall_s']:.1f} s, {rate:,.0f} completions/s, "
+                f"peak RSS (max so far) {figures['peak_rss_mb']:.0f} MiB"
+            )
 
 
 if __name__ == "__main__":

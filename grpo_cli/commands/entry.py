@@ -1,4 +1,5 @@
-"""The Hydra entry point of a subcommand, built from its record: the one `@hydra.main` of the CLI."""
+"""Hydra for every subcommand, built from the table: the schemas in the ConfigStore and the one
+`@hydra.main` of the CLI."""
 
 from __future__ import annotations
 
@@ -6,12 +7,19 @@ from collections.abc import Callable
 from pathlib import Path
 
 import hydra
+from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_cli.commands import Subcommand
+from grpo_cli.commands import SUBCOMMANDS, Subcommand
 from grpo_cli.commands.errors import report_user_errors
-from grpo_cli.config.store import register_schemas
+
+
+def register_schemas() -> None:
+    """Each subcommand's schema in Hydra's ConfigStore as NAME_schema: the base conf/NAME.yaml
+    composes onto (its first `defaults:` entry)."""
+    for sub in SUBCOMMANDS:
+        ConfigStore.instance().store(name=sub.schema_name, node=sub.schema)
 
 
 def hydra_entry_point(sub: Subcommand) -> Callable[[], float]:

@@ -1,4 +1,4 @@
-"""Config schema (plain dataclasses) and its validation; Hydra registration lives in `store`."""
+"""Config schema (plain dataclasses) and its validation; Hydra registration lives in `commands.entry`."""
 
 from grpo_cli.config.schema import TrainConfig
 from grpo_cli.config.validate import apply_smoke, validate

@@ -5,7 +5,7 @@ default run: `TrainConfig()` equals what `grpo train` composes with no overrides
 and each group's default option), `ScoreConfig()` what `grpo score` composes; the YAML files
 repeat the values with comments for users to read, and tests/config/test_defaults.py keeps the
 two in step. They import nothing from Hydra so the core can take them as plain arguments;
-`store.py` registers them.
+`grpo_cli.commands.entry` registers them.
 """
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ import pytest
 from hydra import compose, initialize_config_dir, initialize_config_module
 from omegaconf import DictConfig, OmegaConf
 
+from grpo_cli.commands.entry import register_schemas
 from grpo_cli.config import TrainConfig, apply_smoke, validate
 from grpo_cli.config.schema import ScoreConfig
-from grpo_cli.config.store import register_schemas
 from grpo_cli.rewards import resolve_reward_sources
 from tests.conftest import REPO, read_metrics, run_grpo
 

@@ -95,7 +95,7 @@ def test_hydra_alone_also_refuses_a_typo_in_a_group_file(tmp_path: Path) -> None
     Hydra's structured-config merge still refuses the key, without its path: belt and braces."""
     from hydra import compose, initialize_config_dir
 
-    from grpo_cli.config.store import register_schemas
+    from grpo_cli.commands.entry import register_schemas
 
     register_schemas()
     (tmp_path / "reward").mkdir()

@@ -68,10 +68,7 @@ def test_aggregate_whole_batch_matches_formula(loss_type):
 def test_micro_batch_shares_sum_to_whole_batch(loss_type, splits):
     """Gradient accumulation does not change the loss: the per-micro-batch shares sum to it."""
     norm = _norm(loss_type, micro_batches=len(splits))
-    shares = [
-        aggregate_loss(lo, m, norm).item()
-        for lo, m in zip(LOSS.split(splits), MASK.split(splits), strict=True)
-    ]
+    shares = [aggregate_loss(lo, m, norm).item() for lo, m in zip(LOSS.split(splits), MASK.split(splits), strict=True)]
     assert sum(shares) == pytest.approx(WHOLE[loss_type], rel=1e-6)
 
 

@@ -157,9 +157,7 @@ def test_jsonl_conversational_prompts_accepted(tmp_path: Path) -> None:
         {"role": "system", "content": "Answer with a number."},
         {"role": "user", "content": "What is 2+3?"},
     ]
-    path = write_jsonl(
-        tmp_path / "chat.jsonl", [{"prompt": chat, "answer": "5"}, {"prompt": "plain", "answer": "1"}]
-    )
+    path = write_jsonl(tmp_path / "chat.jsonl", [{"prompt": chat, "answer": "5"}, {"prompt": "plain", "answer": "1"}])
     rows = read_jsonl_prompts(path, "prompt")
     assert rows[0] == {"prompt": chat, "answer": "5"}
     assert rows[1] == {"prompt": "plain", "answer": "1"}

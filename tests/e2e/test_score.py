@@ -41,10 +41,12 @@ def test_score_writes_rewards_fused_reward_and_group_advantages(tmp_path):
 
 
 def test_failing_function_is_masked_with_an_alert_and_its_fallback_takes_over(tmp_path):
-    (tmp_path / "my_rewards.py").write_text(textwrap.dedent('''
+    (tmp_path / "my_rewards.py").write_text(
+        textwrap.dedent("""
         def broken(prompts, completions, **_):
             raise RuntimeError("grader offline")
-    '''))
+    """)
+    )
     rollouts, scored = tmp_path / "rollouts.jsonl", tmp_path / "scored.jsonl"
     write_rollouts(rollouts, [(f"{i}+0=", str(i), [str(i), "x"]) for i in range(5)])
     functions = (
@@ -52,8 +54,14 @@ def test_failing_function_is_masked_with_an_alert_and_its_fallback_takes_over(tm
         " {name: exact, target: exact_match, weight: 1.0}]"
     )
     result = run_grpo(
-        "score", f"input={rollouts}", f"output={scored}", f"reward.functions={functions}",
-        "reward.max_consecutive_failures=3", "batch_size=1", cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)},
+        "score",
+        f"input={rollouts}",
+        f"output={scored}",
+        f"reward.functions={functions}",
+        "reward.max_consecutive_failures=3",
+        "batch_size=1",
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(tmp_path)},
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "broken" in result.stderr and "alert" in result.stderr.lower()

@@ -10,8 +10,17 @@ from transformers import AutoModelForCausalLM
 from tests.conftest import read_metrics, run_grpo
 
 REQUIRED_METRICS = {
-    "step", "reward/mean", "reward/std", "kl", "loss", "clip_frac", "completion_len/mean",
-    "frac_zero_std_groups", "lr", "time/generate_s", "time/train_s",
+    "step",
+    "reward/mean",
+    "reward/std",
+    "kl",
+    "loss",
+    "clip_frac",
+    "completion_len/mean",
+    "frac_zero_std_groups",
+    "lr",
+    "time/generate_s",
+    "time/train_s",
 }
 
 
@@ -36,9 +45,18 @@ def test_two_step_hf_model_with_kl_and_reuse_writes_every_output(tmp_path, tiny_
     """beta>0 (reference model), num_iterations=2 (stored old log-probs), dapo, model=hf."""
     run_dir = tmp_path / "run"
     result = run_grpo(
-        "train", "model=hf", f"model.path={tiny_model_dir}", "algo.beta=0.04", "algo.num_iterations=2",
-        "algo.loss_type=dapo", "train.steps=2", "train.prompts_per_step=4", "rollout.num_generations=4",
-        "monitor.log_completions_every=1", "train.grad_accum_steps=2", f"hydra.run.dir={run_dir}",
+        "train",
+        "model=hf",
+        f"model.path={tiny_model_dir}",
+        "algo.beta=0.04",
+        "algo.num_iterations=2",
+        "algo.loss_type=dapo",
+        "train.steps=2",
+        "train.prompts_per_step=4",
+        "rollout.num_generations=4",
+        "monitor.log_completions_every=1",
+        "train.grad_accum_steps=2",
+        f"hydra.run.dir={run_dir}",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     for name in ("config.yaml", "metrics.jsonl", "summary.json", "train.log"):

@@ -246,14 +246,15 @@ def test_smoke_run_with_the_code_reward(tmp_path) -> None:
 
 def test_the_sandbox_section_fills_code_tests_kwargs_and_the_reward_kwargs_win() -> None:
     from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
 
-    from grpo_cli.config.store import register_schemas
+    from grpo_cli.commands.entry import register_schemas
     from grpo_cli.rewards import resolve_reward_sources
 
     register_schemas()
     overrides = ["reward=code", "sandbox.timeout_s=3", "sandbox.prewarm=false", "+reward.functions.1.kwargs.workers=1"]
     with initialize_config_module("grpo_cli.conf", version_base=None):
-        cfg = compose(config_name="train", overrides=overrides)
+        cfg = OmegaConf.to_object(compose(config_name="train", overrides=overrides))  # as the CLI does
     sources = {s.name: s for s in resolve_reward_sources(cfg.reward.functions, sandbox=cfg.sandbox)}
     tests_kwargs = sources["code_tests"].kwargs
     assert tests_kwargs["timeout_s"] == 3 and tests_kwargs["prewarm"] is False and tests_kwargs["backend"] == "auto"

@@ -1,0 +1,52 @@
+"""The import rules that keep the core reusable (DESIGN.md §1, STYLE.md principle 2), checked on
+the source: the maths leaves import nothing of the trainer, rewards import no core, and nothing
+below the CLI imports Hydra."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "grpo_cli"
+
+
+def imports_of(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def modules(*subpackages: str) -> list[Path]:
+    return sorted(p for sub in subpackages for p in (PACKAGE / sub).rglob("*.py"))
+
+
+def offending(paths: list[Path], forbidden: tuple[str, ...]) -> dict[str, list[str]]:
+    found = {}
+    for path in paths:
+        bad = sorted(name for name in imports_of(path) if name.split(".")[0] in forbidden or name.startswith(forbidden))
+        if bad:
+            found[str(path.relative_to(PACKAGE))] = bad
+    return found
+
+
+@pytest.mark.parametrize(
+    ("subpackages", "forbidden"),
+    [
+        (("core",), ("grpo_cli.training", "grpo_cli.commands", "grpo_cli.scoring", "grpo_cli.monitor", "hydra")),
+        (("rewards",), ("grpo_cli.core", "grpo_cli.training", "grpo_cli.commands", "grpo_cli.scoring", "hydra")),
+        (("rollout", "data", "monitor", "config"), ("grpo_cli.training", "grpo_cli.commands", "hydra")),
+        (("training", "scoring"), ("grpo_cli.commands", "hydra", "omegaconf")),
+    ],
+)
+def test_layers_import_only_downwards(subpackages: tuple[str, ...], forbidden: tuple[str, ...]) -> None:
+    assert offending(modules(*subpackages), forbidden) == {}
+
+
+def test_stats_is_a_leaf() -> None:
+    assert {name for name in imports_of(PACKAGE / "stats.py") if name.startswith("grpo_cli")} == set()
