@@ -26,10 +26,10 @@ def hydra_entry_point(sub: Subcommand) -> Callable[[], float]:
     """Compose conf/NAME.yaml onto its schema and call the run function with the config object
     and Hydra's output directory; returns the run's objective for sweepers."""
     register_schemas()
-    run = sub.load()
 
     @hydra.main(version_base=None, config_path="pkg://grpo_cli.conf", config_name=sub.name)
     def task(cfg: DictConfig) -> float:
+        run = sub.load()  # here, not above: `--help` and `--cfg job` never import torch
         run_dir = Path(HydraConfig.get().runtime.output_dir)
         return report_user_errors(lambda: run(OmegaConf.to_object(cfg), run_dir))
 

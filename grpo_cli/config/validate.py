@@ -148,6 +148,25 @@ def check_key(key: str, schema: type = TrainConfig) -> None:
         hint = below
 
 
+def flatten(node: typing.Any, prefix: str = "") -> dict[str, typing.Any]:
+    """A plain config tree (dicts, lists) as {dotted key: value}; lists of mappings get index keys.
+
+    >>> flatten({"optim": {"lr": 0.1, "betas": [0.9, 0.99]}, "reward": {"functions": [{"name": "a"}]}})
+    {'optim.lr': 0.1, 'optim.betas': [0.9, 0.99], 'reward.functions.0.name': 'a'}
+    """
+    if isinstance(node, dict):
+        out: dict[str, typing.Any] = {}
+        for key, value in node.items():
+            out.update(flatten(value, f"{prefix}{key}."))
+        return out
+    if isinstance(node, (list, tuple)) and any(isinstance(v, (dict, list)) for v in node):
+        out = {}
+        for i, value in enumerate(node):
+            out.update(flatten(value, f"{prefix}{i}."))
+        return out
+    return {prefix[:-1]: list(node) if isinstance(node, tuple) else node}
+
+
 def _fail(key: str, value: object, why: str) -> None:
     raise GrpoError(f"invalid value {key}={value!r}: {why}")
 

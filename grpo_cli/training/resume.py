@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from grpo_cli.config.validate import flatten
 from grpo_cli.errors import GrpoError
 
 # Keys a resumed run may change freely: how long it runs, what it logs and saves, where and how
@@ -25,27 +26,13 @@ RESUMABLE_CHANGES = (
 )
 
 
-def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(node, dict):
-        out: dict[str, Any] = {}
-        for key, value in node.items():
-            out.update(_flatten(value, f"{prefix}{key}."))
-        return out
-    if isinstance(node, (list, tuple)) and any(isinstance(v, dict) for v in node):
-        out = {f"{prefix}length": len(node)}  # e.g. reward.functions: one key per element field
-        for i, value in enumerate(node):
-            out.update(_flatten(value, f"{prefix}{i}."))
-        return out
-    return {prefix[:-1]: list(node) if isinstance(node, tuple) else node}
-
-
 def config_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """Dotted keys whose values differ, e.g. `rollout.num_generations: 8 -> 4`.
 
     >>> config_changes({"a": {"b": 1, "c": [1, 2]}}, {"a": {"b": 2, "c": [1, 2]}})
     ['a.b: 1 -> 2']
     """
-    before, after = _flatten(saved), _flatten(current)
+    before, after = flatten(saved), flatten(current)
     keys = sorted(set(before) | set(after))
     return [
         f"{k}: {before.get(k, '<absent>')} -> {after.get(k, '<absent>')}" for k in keys if before.get(k) != after.get(k)

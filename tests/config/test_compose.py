@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from grpo_cli.commands.entry import register_schemas
 from grpo_cli.config import TrainConfig, apply_smoke, validate
 from grpo_cli.config.schema import ScoreConfig
+from grpo_cli.config.validate import flatten
 from grpo_cli.rewards import resolve_reward_sources
 from tests.conftest import REPO, read_metrics, run_grpo
 
@@ -108,20 +109,6 @@ def _to_schema_and_validate(cfg: DictConfig) -> TrainConfig:
     return obj
 
 
-def _leaves(node: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(node, dict):
-        out: dict[str, Any] = {}
-        for key, value in node.items():
-            out.update(_leaves(value, f"{prefix}{key}."))
-        return out
-    if isinstance(node, list) and node and all(isinstance(v, (dict, list)) for v in node):
-        out = {}
-        for i, value in enumerate(node):
-            out.update(_leaves(value, f"{prefix}{i}."))
-        return out
-    return {prefix.rstrip("."): node}
-
-
 # ---- compose ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", _conf_primaries())
 def test_conf_primary_config_composes_and_validates(name: str, tiny_model_dir: Path, prompts_jsonl: Path) -> None:
@@ -149,7 +136,7 @@ def test_conf_option_composes_and_validates(group: str, option: str, tiny_model_
         values = OmegaConf.to_container(OmegaConf.load(source))
         values.pop("defaults", None)
         selected = OmegaConf.to_container(OmegaConf.select(cfg, group.replace("/", ".")))
-        for key, expected in _leaves(values).items():
+        for key, expected in flatten(values).items():
             if expected == "???":
                 continue
             assert OmegaConf.select(OmegaConf.create(selected), key) == expected, f"{group}={option}: {key}"

@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 
 from grpo_cli.config import validate
 from grpo_cli.config.schema import ScoreConfig, TrainConfig
+from grpo_cli.config.validate import flatten
 from tests.conftest import run_grpo
 
 
@@ -24,25 +25,11 @@ def _composed(subcommand: str) -> dict:
     return OmegaConf.to_container(OmegaConf.create(result.stdout))
 
 
-def _flat(node: object, prefix: str = "") -> dict[str, object]:
-    if isinstance(node, dict):
-        out: dict[str, object] = {}
-        for key, value in node.items():
-            out.update(_flat(value, f"{prefix}{key}."))
-        return out
-    if isinstance(node, list) and any(isinstance(v, dict) for v in node):
-        out = {}
-        for i, value in enumerate(node):
-            out.update(_flat(value, f"{prefix}{i}."))
-        return out
-    return {prefix.rstrip("."): node}
-
-
 @pytest.mark.parametrize(("subcommand", "schema"), [("train", TrainConfig), ("score", ScoreConfig)])
 def test_schema_defaults_equal_the_composed_default_run(subcommand: str, schema: type) -> None:
-    composed = _flat(_composed(subcommand))
+    composed = flatten(_composed(subcommand))
     # Through OmegaConf like the composed side, so both hold the same plain types.
-    defaults = _flat(OmegaConf.to_container(OmegaConf.create(dataclasses.asdict(schema()))))
+    defaults = flatten(OmegaConf.to_container(OmegaConf.create(dataclasses.asdict(schema()))))
     differing = {
         key: (composed.get(key, "<absent>"), defaults.get(key, "<absent>"))
         for key in sorted(composed.keys() | defaults.keys())
