@@ -13,6 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+# Values of keys that other layers also check (a library caller may skip validate()).
+NORMALIZATIONS = ("none", "zscore", "sigmoid", "group_zscore")  # reward.functions[].normalize
+LONG_PROMPT_POLICIES = ("truncate_left", "skip", "error")  # data.on_long_prompt
+
 
 @dataclass
 class TinyModelConfig:

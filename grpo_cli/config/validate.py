@@ -12,14 +12,14 @@ import types
 import typing
 from pathlib import Path
 
-from grpo_cli.config.schema import TrainConfig
+from grpo_cli.config.schema import LONG_PROMPT_POLICIES, NORMALIZATIONS, TrainConfig
 from grpo_cli.errors import GrpoError
 
 CHOICES = {
     "model.kind": ("tiny", "hf"),
     "model.dtype": ("auto", "fp32", "bf16", "fp16"),
     "data.kind": ("arithmetic", "jsonl", "math", "code"),
-    "data.on_long_prompt": ("truncate_left", "skip", "error"),
+    "data.on_long_prompt": LONG_PROMPT_POLICIES,
     "precision.dtype": ("fp32", "bf16", "fp16"),
     "algo.loss_type": ("grpo", "bnpo", "dr_grpo", "dapo"),
     "algo.scale_rewards": ("group", "batch", "none"),
@@ -31,8 +31,6 @@ CHOICES = {
     "reward.aggregation": ("weighted_mean", "normalize_then_sum"),
     "sandbox.backend": ("auto", "bwrap", "unshare", "process"),
 }
-# reward.functions[i].normalize, when set (None picks by kind: zscore for reward models, else none)
-NORMALIZATIONS = ("none", "zscore", "sigmoid", "group_zscore")
 
 
 FREE_FORM = typing.Any  # e.g. reward.functions.N.kwargs.*: the function's own keyword arguments

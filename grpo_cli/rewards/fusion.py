@@ -14,10 +14,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from grpo_cli.config.schema import NORMALIZATIONS
 from grpo_cli.errors import GrpoError
 from grpo_cli.rewards.batch import RewardBatch
 from grpo_cli.rewards.executor import BatchScores, RewardExecutor
-from grpo_cli.rewards.sources import NORMALIZATIONS, RewardSource
+from grpo_cli.rewards.sources import RewardSource
 from grpo_cli.stats import STD_EPS, EmaMoments, finite, nanmean, nanstd, weight_effect
 
 AGGREGATIONS = ("weighted_mean", "normalize_then_sum")

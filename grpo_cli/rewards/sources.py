@@ -14,11 +14,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from grpo_cli.config.schema import RewardFunctionConfig, SandboxConfig
+from grpo_cli.config.schema import NORMALIZATIONS, RewardFunctionConfig, SandboxConfig
 from grpo_cli.errors import GrpoError
 from grpo_cli.rewards.builtin import BUILTIN_REWARDS
-
-NORMALIZATIONS = ("none", "zscore", "sigmoid", "group_zscore")
 
 
 @dataclass

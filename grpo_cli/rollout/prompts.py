@@ -14,9 +14,8 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from grpo_cli.config.schema import LONG_PROMPT_POLICIES
 from grpo_cli.errors import GrpoError
-
-LONG_PROMPT_POLICIES = ("truncate_left", "skip", "error")
 
 log = logging.getLogger("grpo")
 
