@@ -151,6 +151,19 @@ def test_a_resume_refuses_changes_to_the_maths(tmp_path: Path) -> None:
     assert [row["step"] for row in run(changed, tmp_path).history][-1] == 4
 
 
+def test_resume_from_an_explicit_checkpoint_and_never(tmp_path: Path) -> None:
+    first = tmp_path / "first"
+    run(small_config(steps=3, save_every=2), first)
+    second = small_config(steps=3, save_every=2, resume=str(first / "checkpoints" / "step_000002"))
+    assert [row["step"] for row in run(second, tmp_path / "second").history] == [3]
+    assert [row["step"] for row in read_metrics(tmp_path / "second")] == [3]
+    assert without_timings(read_metrics(tmp_path / "second")) == without_timings(read_metrics(first)[2:])
+    run(small_config(steps=3, save_every=2, resume="never"), first)
+    assert [row["step"] for row in read_metrics(first)] == [1, 2, 3]  # started over, no duplicated lines
+    with pytest.raises(GrpoError, match="not a complete checkpoint"):
+        GRPOTrainer(small_config(resume=str(tmp_path)), tmp_path / "x").setup()
+
+
 def _prompt_file(path: Path, lengths: list[int]) -> Path:
     rows = [{"prompt": "x" * n + "1+1=", "answer": "2"} for n in lengths]
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
