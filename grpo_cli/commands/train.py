@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import time
 from pathlib import Path
@@ -24,7 +25,7 @@ transformers.utils.logging.disable_progress_bar()  # the rich bar is the one pro
 
 def _mean(rows: list[dict], key: str) -> float | None:
     value = nanmean([r[key] for r in rows if isinstance(r.get(key), (int, float))])
-    return None if value != value else value  # NaN: no figure
+    return None if math.isnan(value) else value
 
 
 def run_train(cfg: TrainConfig, run_dir: Path) -> float:

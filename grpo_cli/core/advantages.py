@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-STD_EPS = 1e-4  # TRL's epsilon: A = (r - mean) / (std + 1e-4)
+from grpo_cli.stats import STD_EPS
 
 
 @dataclass

@@ -72,9 +72,14 @@ def resume_point(setting: str, run_dir: Path) -> Path | None:
     return path
 
 
+def read_trainer_state(directory: Path) -> dict[str, Any]:
+    """The JSON half (step, config): cheap, so a resume can check the config before loading models."""
+    return json.loads((Path(directory) / COMPLETE_MARKER).read_text())
+
+
 def load_checkpoint_state(directory: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """(trainer_state, training_state) of a checkpoint we wrote ourselves."""
-    trainer_state = json.loads((directory / COMPLETE_MARKER).read_text())
+    trainer_state = read_trainer_state(directory)
     # weights_only=False: the file holds Python RNG state, written by this code, not downloaded
     training_state = torch.load(directory / TRAINING_STATE, weights_only=False)
     return trainer_state, training_state

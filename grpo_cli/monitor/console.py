@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from rich.console import Console
@@ -16,6 +17,7 @@ from rich.progress import (
 from rich.table import Table
 
 from grpo_cli.monitor.observer import StepResult
+from grpo_cli.stats import nanmean
 
 
 class TrainingConsole:
@@ -69,8 +71,8 @@ def summary_table(summary: dict[str, Any], history: list[dict[str, Any]]) -> Tab
     for key in keys:
 
         def mean(rows: list[dict[str, Any]], key: str = key) -> str:
-            vals = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
-            return f"{sum(vals) / len(vals):.4f}" if vals else "-"
+            value = nanmean([r[key] for r in rows if isinstance(r.get(key), (int, float))])
+            return "-" if math.isnan(value) else f"{value:.4f}"
 
         table.add_row(key, mean(first), mean(last))
     table.caption = (

@@ -20,7 +20,13 @@ import torch
 from grpo_cli.config.schema import TrainConfig
 from grpo_cli.config.validate import validate
 from grpo_cli.core.advantages import group_advantages
-from grpo_cli.core.checkpoint import latest_checkpoint, load_checkpoint_state, resume_point, save_checkpoint
+from grpo_cli.core.checkpoint import (
+    latest_checkpoint,
+    load_checkpoint_state,
+    read_trainer_state,
+    resume_point,
+    save_checkpoint,
+)
 from grpo_cli.core.optim import build_optimizer
 from grpo_cli.core.precision import autocast_factory, weights_dtype
 from grpo_cli.core.update import UpdateSettings, policy_update
@@ -88,6 +94,11 @@ class GRPOTrainer:
         )
         self.reward_executor = RewardExecutor(cfg.reward.num_workers, cfg.reward.timeout_s)
         self.resumed_from = resume_point(cfg.train.resume, self.run_dir)
+        if self.resumed_from is not None:  # before any model loads: a changed config fails at once
+            saved = read_trainer_state(self.resumed_from)["config"]
+            current = json.loads(json.dumps(asdict(cfg)))  # the JSON round trip the saved one took
+            for change in check_resume_config(saved, current, str(self.resumed_from), cfg.train.resume_allow_changes):
+                log.warning("resume: config changed since the checkpoint: %s", change)
         self.model, self.tokenizer, self.model_dir = load_policy(
             cfg.model, self.run_dir, cfg.train.seed, self.device, weights_dtype(cfg.precision), self.resumed_from
         )
@@ -215,13 +226,8 @@ class GRPOTrainer:
         return save_checkpoint(directory, self.model, self.tokenizer, trainer_state, training_state)
 
     def _restore(self, directory: Path) -> None:
-        """Continue exactly where the checkpoint left off: same data order, same RNG, same config."""
+        """Continue exactly where the checkpoint left off: same data order, same RNG."""
         trainer_state, training_state = load_checkpoint_state(directory)
-        current = json.loads(json.dumps(asdict(self.cfg)))  # the JSON round trip the saved one took
-        for change in check_resume_config(
-            trainer_state["config"], current, str(directory), self.cfg.train.resume_allow_changes
-        ):
-            log.warning("resume: config changed since the checkpoint: %s", change)
         if "state" not in training_state:
             raise GrpoError(f"{directory}: written by an older grpo; start over with train.resume=never")
         self.optimizer.load_state_dict(training_state["optimizer"])
