@@ -33,6 +33,13 @@ TINY_CHAT_TEMPLATE = (
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def pick_device(name: str | None) -> torch.device:
+    """`auto` (or unset): CUDA when there is one, else the CPU; anything else as torch names it."""
+    if name in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
 def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
     """Byte-level: every UTF-8 string encodes, one token per byte, so any data set composes."""
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())

@@ -12,14 +12,6 @@ from typing import Any
 from grpo_cli.errors import GrpoError
 
 
-def _pick_device(name: str | None) -> Any:
-    import torch
-
-    if name in (None, "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
 class RewardModelScorer:
     """`scorer(prompts, completions, **columns) -> list[float]`: the model's first logit for each
     prompt + completion (a Bradley-Terry reward model has exactly one).
@@ -34,7 +26,9 @@ class RewardModelScorer:
 
         self.path = str(path)
         self.batch_size = max(1, int(batch_size))
-        self.device = _pick_device(device)
+        from grpo_cli.models import pick_device  # torch and transformers only when a model is configured
+
+        self.device = pick_device(device)
         if not Path(self.path).is_dir():
             raise GrpoError(f"reward model '{self.path}': no such directory")
         try:

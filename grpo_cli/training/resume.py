@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
+from grpo_cli.config.schema import TrainConfig
 from grpo_cli.config.validate import flatten
+from grpo_cli.core.checkpoint import read_trainer_state
 from grpo_cli.errors import GrpoError
 
 # Keys a resumed run may change freely: how long it runs, what it logs and saves, where and how
@@ -50,3 +55,10 @@ def check_resume_config(saved: dict[str, Any], current: dict[str, Any], checkpoi
             "train.resume=never), or set train.resume_allow_changes=true"
         )
     return changes
+
+
+def check_resume(checkpoint: Path, cfg: TrainConfig) -> list[str]:
+    """Compare `cfg` with the config saved in `checkpoint` (cheap: no model loads); see above."""
+    saved = read_trainer_state(checkpoint)["config"]
+    current = json.loads(json.dumps(asdict(cfg)))  # the JSON round trip the saved one took
+    return check_resume_config(saved, current, str(checkpoint), cfg.train.resume_allow_changes)

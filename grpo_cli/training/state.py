@@ -19,6 +19,12 @@ class Stateful(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
+def seed_everything(seed: int) -> None:
+    """Called at the start of every job: a multirun runs all jobs in one process."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
 class RngState:
     """torch (CPU and CUDA) and Python RNGs: a resumed run samples what the straight run sampled."""
 

@@ -7,9 +7,7 @@ with their state registered in TrainState; observers only watch.
 
 from __future__ import annotations
 
-import json
 import logging
-import random
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -23,7 +21,6 @@ from grpo_cli.core.advantages import group_advantages
 from grpo_cli.core.checkpoint import (
     latest_checkpoint,
     load_checkpoint_state,
-    read_trainer_state,
     resume_point,
     save_checkpoint,
 )
@@ -32,7 +29,7 @@ from grpo_cli.core.precision import autocast_factory, weights_dtype
 from grpo_cli.core.update import UpdateSettings, policy_update
 from grpo_cli.data import PromptSampler, load_examples, split_examples
 from grpo_cli.errors import GrpoError
-from grpo_cli.models import frozen_reference, load_policy
+from grpo_cli.models import frozen_reference, load_policy, pick_device
 from grpo_cli.monitor import Observer, StepResult, truncate_metrics
 from grpo_cli.rewards import RewardExecutor, RewardFusion, check_columns, resolve_reward_sources, reward_diagnostics
 from grpo_cli.rollout import HFGenerator
@@ -40,23 +37,11 @@ from grpo_cli.rollout.prompts import PromptEncoder, context_length, fit_prompts
 from grpo_cli.training.interrupt import DeferredInterrupt
 from grpo_cli.training.metrics import step_metrics, step_samples
 from grpo_cli.training.pipeline import evaluate_greedy, generate_groups, score_rollout
-from grpo_cli.training.resume import check_resume_config
-from grpo_cli.training.state import RngState, TrainState
+from grpo_cli.training.resume import check_resume
+from grpo_cli.training.state import RngState, TrainState, seed_everything
 
 log = logging.getLogger("grpo")
 EVAL_PROMPTS = 64  # held-out prompts per evaluation: a stable figure at a small cost
-
-
-def seed_everything(seed: int) -> None:
-    """Called at the start of every job: a multirun runs all jobs in one process."""
-    random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 class GRPOTrainer:
@@ -95,9 +80,7 @@ class GRPOTrainer:
         self.reward_executor = RewardExecutor(cfg.reward.num_workers, cfg.reward.timeout_s)
         self.resumed_from = resume_point(cfg.train.resume, self.run_dir)
         if self.resumed_from is not None:  # before any model loads: a changed config fails at once
-            saved = read_trainer_state(self.resumed_from)["config"]
-            current = json.loads(json.dumps(asdict(cfg)))  # the JSON round trip the saved one took
-            for change in check_resume_config(saved, current, str(self.resumed_from), cfg.train.resume_allow_changes):
+            for change in check_resume(self.resumed_from, cfg):
                 log.warning("resume: config changed since the checkpoint: %s", change)
         self.model, self.tokenizer, self.model_dir = load_policy(
             cfg.model, self.run_dir, cfg.train.seed, self.device, weights_dtype(cfg.precision), self.resumed_from
