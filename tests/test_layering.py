@@ -50,3 +50,14 @@ def test_layers_import_only_downwards(subpackages: tuple[str, ...], forbidden: t
 
 def test_stats_is_a_leaf() -> None:
     assert {name for name in imports_of(PACKAGE / "stats.py") if name.startswith("grpo_cli")} == set()
+
+
+def test_every_package_ships_in_the_wheel() -> None:
+    """pyproject lists packages by hand (conf/ maps to grpo_cli.conf): a new subpackage must be listed."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    listed = set(tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    present = {".".join(p.parent.relative_to(PACKAGE.parent).parts) for p in PACKAGE.rglob("__init__.py")} | {
+        "grpo_cli.conf"
+    }
+    assert present - listed == set()
