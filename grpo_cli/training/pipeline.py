@@ -51,6 +51,8 @@ def evaluate_greedy(
     A group of one has no rivals, so group normalisations are off (`grouped=False`): the
     per-function means are raw scores and the fused reward is their weighted mean.
     """
+    if not examples:  # no held-out split (data.eval_fraction=0): nothing to report
+        return {}
     rollout = generate_groups(examples, encoder, generator, 1, greedy=True)
     result = score_rollout(examples, rollout, executor, fusion, weights, update_state=False, grouped=False)
     out = {"eval/reward/mean": nanmean(result.fused)}

@@ -173,8 +173,10 @@ class GRPOTrainer:
         """
         cfg = self.cfg
         while self.step_index < cfg.train.steps:
-            start, finished = self.state.state_dict(), False
+            finished = True  # between steps the live state is the last finished step
             try:
+                start = self.state.state_dict()
+                self.interrupts.engaged = finished = False
                 with self.interrupts:
                     result = self.step()
                     if cfg.train.eval_every and self.step_index % cfg.train.eval_every == 0 and self.eval_examples:
