@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from grpo_cli.core.checkpoint import latest_checkpoint
 from grpo_cli.monitor import CompletionLog, MetricsFile, TrainingConsole, summary_table, write_summary
 from grpo_cli.stats import nanmean
 from grpo_cli.training import GRPOTrainer
+from grpo_cli.training.guards import EXIT_PAUSED, TrainingHalted
 
 log = logging.getLogger("grpo")
 EXIT_INTERRUPTED = 130  # the shell's code for SIGINT
@@ -26,6 +28,12 @@ transformers.utils.logging.disable_progress_bar()  # the rich bar is the one pro
 def _mean(rows: list[dict], key: str) -> float | None:
     value = nanmean([r[key] for r in rows if isinstance(r.get(key), (int, float))])
     return None if math.isnan(value) else value
+
+
+def resume_command(run_dir: Path) -> str:
+    """The command line that continues this run: the same overrides, this run directory."""
+    overrides = [a for a in sys.argv[1:] if not a.startswith(("hydra.run.dir=", "-m", "--multirun"))]
+    return shlex.join(["grpo", "train", *overrides, f"hydra.run.dir={run_dir}"])
 
 
 def run_train(cfg: TrainConfig, run_dir: Path) -> float:
@@ -46,16 +54,26 @@ def run_train(cfg: TrainConfig, run_dir: Path) -> float:
     log.info("run directory: %s", run_dir)
     for key, value in trainer.reward_diagnostics.items():
         log.info("%s: %s", key.replace("_", " "), value)
+    halted: TrainingHalted | None = None
     try:
         with progress:
             history = trainer.train()
         checkpoint = trainer.save()
+    except TrainingHalted as halt:  # a guard: the step is finished and saved
+        halted, history, checkpoint = halt, trainer.history, Path(halt.checkpoint)
+        console.print(
+            f"[bold red]{'paused' if halt.exit_code == EXIT_PAUSED else 'stopped'} by a stability guard[/] "
+            f"after step {halt.step}: {halt}.\n"
+            f"Checkpoint {halt.checkpoint}. Resume with:\n  {resume_command(run_dir)}",
+            highlight=False,
+            soft_wrap=True,
+        )
     except KeyboardInterrupt:
         latest = latest_checkpoint(run_dir)
         where = f"checkpoint {latest}" if latest else "no checkpoint yet: a resume starts over"
         console.print(
             f"[bold yellow]interrupted[/] after step {trainer.step_index}; {where}.\n"
-            f"Resume with the same command and hydra.run.dir={run_dir} (train.resume=auto).",
+            f"Resume with:\n  {resume_command(run_dir)}",
             highlight=False,
             soft_wrap=True,
         )
@@ -69,10 +87,13 @@ def run_train(cfg: TrainConfig, run_dir: Path) -> float:
         "reward_first10": _mean(history[:10], "reward/mean"),
         "reward_last10": _mean(history[-10:], "reward/mean"),
         "final_checkpoint": str(checkpoint),
+        "halted_by_guard": None if halted is None else f"{halted.verdict.action}: {halted}",
         **trainer.prompt_budget.summary(),
         **trainer.reward_diagnostics,
     }
     write_summary(run_dir / "summary.json", summary)
     console.print(summary_table(summary, history))
     trainer.cleanup()
+    if halted is not None:
+        sys.exit(halted.exit_code)  # pause 75, stop 76: distinct from success, errors and Ctrl-C
     return summary["reward_last10"] if summary["reward_last10"] is not None else float("nan")

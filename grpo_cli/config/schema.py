@@ -16,6 +16,8 @@ from typing import Any
 # Values of keys that other layers also check (a library caller may skip validate()).
 NORMALIZATIONS = ("none", "zscore", "sigmoid", "group_zscore")  # reward.functions[].normalize
 LONG_PROMPT_POLICIES = ("truncate_left", "skip", "error")  # data.on_long_prompt
+CURRICULA = ("constant", "three_phase", "phased")  # curriculum.name
+INTERPOLATIONS = ("step", "linear")  # curriculum.interpolate
 
 
 @dataclass
@@ -69,6 +71,7 @@ class RewardFunctionConfig:
     model_path: str | None = None  # a local sequence-classification reward model instead of target
     device: str | None = None  # reward model device; None: the policy's
     batch_size: int = 16  # reward model batch size
+    ema_momentum: float | None = None  # zscore running-stats momentum in [0, 1); None: reward.ema_momentum
 
 
 def _arithmetic_rewards() -> list[RewardFunctionConfig]:
@@ -86,6 +89,7 @@ class RewardConfig:
     max_consecutive_failures: int = 3
     num_workers: int = 0
     timeout_s: float = 60.0
+    ema_momentum: float = 0.9  # zscore running mean/var: stat <- m·stat + (1−m)·batch; 0.9–0.99 typical
 
 
 @dataclass
@@ -104,20 +108,35 @@ class SandboxConfig:
 
 @dataclass
 class CurriculumPhase:
-    until: float = 1.0
-    weights: dict[str, float] = field(default_factory=dict)
+    until: float = 1.0  # the phase ends at this fraction of train.steps, in (0, 1]; the last lasts to the end
+    weights: dict[str, float] = field(default_factory=dict)  # function name -> weight; unnamed keep theirs
 
 
 @dataclass
 class CurriculumConfig:
-    name: str = "constant"  # constant: the weights of reward.functions, for the whole run
-    phases: list[CurriculumPhase] = field(default_factory=list)
+    name: str = "constant"  # constant (reward.functions' weights) | three_phase (seed 001, reward=code) | phased
+    interpolate: str = "step"  # step: switch at each until | linear: blend between phase midpoints
+    phases: list[CurriculumPhase] = field(default_factory=list)  # three_phase | phased; grpo_cli/training/curriculum.py
 
 
 @dataclass
 class PrecisionConfig:
     dtype: str = "fp32"  # fp32 | bf16 | fp16
     autocast: bool = False
+    grad_scaler: bool = False  # fp16 autocast: scale the loss so fp16 gradients do not underflow (CUDA)
+
+
+@dataclass
+class AdaptiveClipConfig:
+    """`algo.adaptive_clip`: ε_t = base·(1 + alpha·(R_t − R̄)/σ_R), clamped to [min, max] (DESIGN.md §3,
+    seed 001); it replaces epsilon_low while enabled, and epsilon_high keeps its ratio to epsilon_low."""
+
+    enabled: bool = False
+    base: float = 0.15  # ε when the reward is at its recent mean
+    alpha: float = 0.4  # sensitivity to the reward's z-score against recent batches; 0.3–0.5 advised
+    window: int = 10  # previous batch means in R̄, σ_R: 9 degrees of freedom for σ, short enough to track a trend
+    min: float = 0.05  # floor: below it most ratios clip and the update stalls
+    max: float = 0.3  # ceiling: just above DAPO's 0.28 upper clip; looser is no trust region
 
 
 @dataclass
@@ -134,6 +153,7 @@ class AlgoConfig:
     num_iterations: int = 1
     mini_batches: int = 1
     mask_truncated: bool = False
+    adaptive_clip: AdaptiveClipConfig = field(default_factory=AdaptiveClipConfig)
 
 
 @dataclass
@@ -154,6 +174,8 @@ class OptimConfig:
     max_grad_norm: float = 1.0
     scheduler: str = "constant"  # constant | cosine | linear
     warmup_steps: int = 5
+    lr_scaling: str = "none"  # none | sqrt | linear: lr·(B/reference_batch)^(1/2 or 1), B completions per optimizer step
+    reference_batch: int = 0  # completions per optimizer step `lr` was tuned for; > 0 when lr_scaling != none
 
 
 @dataclass
@@ -169,6 +191,17 @@ class TrainLoopConfig:
     resume_allow_changes: bool = False
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     threads: int = 0
+
+
+@dataclass
+class GuardConfig:
+    """`guard.*`: stop a run that has gone unstable instead of training on noise (DESIGN.md §3)."""
+
+    reward_cv_threshold: float = 0.5  # batch reward std / |mean| above this counts as an unstable batch
+    patience: int = 3  # unstable batches in a row before `action`
+    action: str = "warn"  # warn | pause (checkpoint, exit 75) | stop (checkpoint, summary, exit 76)
+    min_abs_mean: float = 1e-3  # |mean reward| below this: the CV is undefined, the batch neither counts nor resets
+    max_skipped_steps: int = 3  # steps in a row with no finite update before the run stops (exit 76)
 
 
 @dataclass
@@ -200,6 +233,7 @@ class TrainConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainLoopConfig = field(default_factory=TrainLoopConfig)
+    guard: GuardConfig = field(default_factory=GuardConfig)
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
 

@@ -12,7 +12,7 @@ import types
 import typing
 from pathlib import Path
 
-from grpo_cli.config.schema import LONG_PROMPT_POLICIES, NORMALIZATIONS, TrainConfig
+from grpo_cli.config.schema import CURRICULA, INTERPOLATIONS, LONG_PROMPT_POLICIES, NORMALIZATIONS, TrainConfig
 from grpo_cli.errors import GrpoError
 
 CHOICES = {
@@ -21,13 +21,16 @@ CHOICES = {
     "data.kind": ("arithmetic", "jsonl", "math", "code"),
     "data.on_long_prompt": LONG_PROMPT_POLICIES,
     "precision.dtype": ("fp32", "bf16", "fp16"),
+    "guard.action": ("warn", "pause", "stop"),
     "algo.loss_type": ("grpo", "bnpo", "dr_grpo", "dapo"),
     "algo.scale_rewards": ("group", "batch", "none"),
     "algo.ratio_level": ("token", "sequence"),
     "algo.kl_estimator": ("k1", "k2", "k3"),
     "optim.scheduler": ("constant", "cosine", "linear"),
+    "optim.lr_scaling": ("none", "sqrt", "linear"),
     "rollout.backend": ("hf",),
-    "curriculum.name": ("constant",),
+    "curriculum.name": CURRICULA,
+    "curriculum.interpolate": INTERPOLATIONS,
     "reward.aggregation": ("weighted_mean", "normalize_then_sum"),
     "sandbox.backend": ("auto", "bwrap", "unshare", "process"),
 }
@@ -176,16 +179,42 @@ def _check_choice(key: str, value: object, allowed: tuple[str, ...]) -> None:
         _fail(key, value, f"must be one of {', '.join(allowed)}{hint}")
 
 
+def _check_adaptive_clip(cfg: TrainConfig) -> None:
+    """algo.adaptive_clip: checked even while disabled, so enabling it later cannot surprise."""
+    clip = cfg.algo.adaptive_clip
+    for name in ("base", "min", "max"):
+        if getattr(clip, name) <= 0:
+            _fail(f"algo.adaptive_clip.{name}", getattr(clip, name), "must be > 0")
+    if clip.max >= 1:
+        _fail("algo.adaptive_clip.max", clip.max, "must be < 1 (the ratio is clipped at 1 - epsilon)")
+    if clip.min > clip.base:
+        _fail("algo.adaptive_clip.min", clip.min, f"must be <= algo.adaptive_clip.base ({clip.base})")
+    if clip.base > clip.max:
+        _fail("algo.adaptive_clip.base", clip.base, f"must be <= algo.adaptive_clip.max ({clip.max})")
+    if clip.window < 2:
+        _fail("algo.adaptive_clip.window", clip.window, "must be at least 2 (a std needs two batch means)")
+    if clip.alpha < 0:
+        _fail("algo.adaptive_clip.alpha", clip.alpha, "must be >= 0 (0: always base)")
+
+
 def validate(cfg: TrainConfig) -> list[str]:
     """Reject impossible values; return warnings for legal but doubtful ones."""
     for key, allowed in CHOICES.items():
         section, name = key.split(".")
         _check_choice(key, getattr(getattr(cfg, section), name), allowed)
-    if cfg.precision.dtype == "fp16" and cfg.precision.autocast:
+    if cfg.precision.dtype == "fp16" and cfg.precision.autocast and not cfg.precision.grad_scaler:
         raise GrpoError(
-            "precision.dtype=fp16 with precision.autocast=true is not supported: without a gradient "
-            "scaler fp16 gradients underflow to zero. Use precision=bf16, or fp16 with precision.autocast=false"
+            "precision.dtype=fp16 with precision.autocast=true needs precision.grad_scaler=true: without a "
+            "gradient scaler fp16 gradients underflow to zero. Use precision=fp16 (which sets it) or precision=bf16"
         )
+    if cfg.guard.reward_cv_threshold <= 0:
+        _fail("guard.reward_cv_threshold", cfg.guard.reward_cv_threshold, "must be > 0")
+    if cfg.guard.patience < 1:
+        _fail("guard.patience", cfg.guard.patience, "must be at least 1")
+    if cfg.guard.max_skipped_steps < 1:
+        _fail("guard.max_skipped_steps", cfg.guard.max_skipped_steps, "must be at least 1")
+    if cfg.guard.min_abs_mean < 0:
+        _fail("guard.min_abs_mean", cfg.guard.min_abs_mean, "must be >= 0")
     positive_ints = {
         "train.steps": cfg.train.steps,
         "train.prompts_per_step": cfg.train.prompts_per_step,
@@ -223,6 +252,14 @@ def validate(cfg: TrainConfig) -> list[str]:
         _fail("optim.max_grad_norm", cfg.optim.max_grad_norm, "must be >= 0 (0 disables clipping)")
     if len(cfg.optim.betas) != 2 or not all(0 <= b < 1 for b in cfg.optim.betas):
         _fail("optim.betas", list(cfg.optim.betas), "must be two numbers in [0, 1)")
+    if cfg.optim.reference_batch < 0 or (cfg.optim.lr_scaling != "none" and cfg.optim.reference_batch == 0):
+        _fail(
+            "optim.reference_batch",
+            cfg.optim.reference_batch,
+            f"optim.lr_scaling={cfg.optim.lr_scaling} needs the completions per optimizer step optim.lr was "
+            "tuned for (> 0), e.g. train.prompts_per_step·rollout.num_generations/algo.mini_batches of that run",
+        )
+    _check_adaptive_clip(cfg)
     if cfg.algo.mini_batches > cfg.train.prompts_per_step:
         _fail(
             "algo.mini_batches",
@@ -246,6 +283,10 @@ def validate(cfg: TrainConfig) -> list[str]:
             _fail(f"reward.functions[{i}].weight", fn.weight, "must be >= 0")
         if fn.normalize is not None:
             _check_choice(f"reward.functions[{i}].normalize", fn.normalize, NORMALIZATIONS)
+        if fn.ema_momentum is not None and not 0 <= fn.ema_momentum < 1:
+            _fail(f"reward.functions[{i}].ema_momentum", fn.ema_momentum, "must be in [0, 1) (null: reward.ema_momentum)")
+    if not 0 <= cfg.reward.ema_momentum < 1:
+        _fail("reward.ema_momentum", cfg.reward.ema_momentum, "must be in [0, 1); 0.9-0.99 typical")
     if cfg.model.kind == "hf":
         if not cfg.model.path:
             raise GrpoError("model=hf needs model.path=DIR (a local Hugging Face model directory)")
@@ -261,6 +302,12 @@ def validate(cfg: TrainConfig) -> list[str]:
         warnings.append(
             f"rollout.num_generations={g}: groups under 4 give an unreliable std, over 64 make "
             "rollouts dominate the step"
+        )
+    clip = cfg.algo.adaptive_clip
+    if clip.enabled and not 0.5 <= clip.base / cfg.algo.epsilon_low <= 2:
+        warnings.append(
+            f"algo.adaptive_clip.base={clip.base} replaces algo.epsilon_low={cfg.algo.epsilon_low} while "
+            "adaptive clipping is on: set base (and min, max) to this preset's scale"
         )
     return warnings
 

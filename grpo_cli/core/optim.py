@@ -1,20 +1,66 @@
-"""AdamW and the learning-rate schedule, counted in optimizer steps."""
+"""AdamW and the learning-rate schedule, counted in optimizer steps, with the lr scaled to the batch."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 from transformers import get_scheduler
 
 from grpo_cli.config.schema import OptimConfig
+from grpo_cli.errors import GrpoError
 
 SCHEDULERS = {"constant": "constant_with_warmup", "cosine": "cosine", "linear": "linear"}
+LR_SCALINGS = ("none", "sqrt", "linear")
+
+
+def completions_per_step(prompts_per_step: int, num_generations: int, mini_batches: int) -> float:
+    """B of the lr scaling: the completions behind one optimizer step (each mini-batch is one step;
+    gradient accumulation splits a mini-batch, not the step). A mean when groups do not divide evenly.
+
+    >>> completions_per_step(16, 8, 4)
+    32.0
+    """
+    return prompts_per_step * num_generations / mini_batches
+
+
+def effective_lr(optim: OptimConfig, completions_per_optimizer_step: float) -> float:
+    """optim.lr scaled from the batch it was tuned for (optim.reference_batch) to this one, B
+    (DESIGN.md §3, seed 001): `sqrt` lr·sqrt(B/B_ref) (the noise of an Adam step falls as 1/sqrt(B)),
+    `linear` lr·B/B_ref (the SGD rule), `none` lr.
+
+    >>> effective_lr(OptimConfig(lr=1e-6, lr_scaling="sqrt", reference_batch=32), 128)
+    2e-06
+    """
+    mode, ref, batch = optim.lr_scaling, optim.reference_batch, completions_per_optimizer_step
+    if mode not in LR_SCALINGS:
+        raise GrpoError(f"optim.lr_scaling '{mode}' is not one of {', '.join(LR_SCALINGS)}")
+    if mode == "none":
+        return optim.lr
+    if ref <= 0:
+        raise GrpoError(f"optim.lr_scaling={mode} needs optim.reference_batch > 0 (got {ref})")
+    if batch <= 0:
+        raise ValueError(f"completions per optimizer step must be > 0, got {batch}")
+    ratio = batch / ref
+    return optim.lr * (math.sqrt(ratio) if mode == "sqrt" else ratio)
 
 
 def build_optimizer(
-    model: torch.nn.Module, cfg: OptimConfig, total_optimizer_steps: int
+    model: torch.nn.Module,
+    cfg: OptimConfig,
+    total_optimizer_steps: int,
+    completions_per_optimizer_step: float | None = None,
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+    """AdamW at effective_lr(cfg, completions_per_optimizer_step) and its schedule. The batch size
+    may be left out only while optim.lr_scaling is `none`."""
+    if completions_per_optimizer_step is None:
+        if cfg.lr_scaling != "none":
+            raise GrpoError(f"optim.lr_scaling={cfg.lr_scaling}: build_optimizer needs the completions per step")
+        lr = cfg.lr
+    else:
+        lr = effective_lr(cfg, completions_per_optimizer_step)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
+    optimizer = torch.optim.AdamW(params, lr=lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
     scheduler = get_scheduler(
         SCHEDULERS[cfg.scheduler],
         optimizer,

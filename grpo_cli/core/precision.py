@@ -25,3 +25,22 @@ def autocast_factory(
 def weights_dtype(precision: PrecisionConfig) -> str:
     """Under autocast the master weights stay fp32; otherwise they are loaded in the compute dtype."""
     return "fp32" if precision.autocast else precision.dtype
+
+
+def effective_precision(precision: PrecisionConfig, device: torch.device) -> tuple[PrecisionConfig, str | None]:
+    """The precision a run can have on `device`, and a one-line notice when it differs.
+
+    fp16 autocast with a gradient scaler is a CUDA recipe: a CPU has no fp16 matmul worth having
+    and autocast there would only lose precision, so it runs in fp32 instead.
+    """
+    if precision.dtype == "fp16" and device.type != "cuda":
+        notice = f"precision=fp16 needs CUDA; on {device.type} this run uses fp32 (no autocast, no gradient scaler)"
+        return PrecisionConfig(dtype="fp32", autocast=False, grad_scaler=False), notice
+    return precision, None
+
+
+def gradient_scaler(precision: PrecisionConfig, device: torch.device) -> torch.amp.GradScaler | None:
+    """A dynamic loss scaler for fp16 autocast on CUDA (its state goes into checkpoints); else None."""
+    if precision.dtype == "fp16" and precision.autocast and precision.grad_scaler and device.type == "cuda":
+        return torch.amp.GradScaler(device.type)
+    return None

@@ -104,6 +104,8 @@ def policy_update(
     reference: torch.nn.Module | None = None,
     autocast: AutocastFactory = contextlib.nullcontext,
     on_first_step: Callable[[], None] | None = None,
+    epsilons: tuple[float, float] | None = None,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> UpdateStats:
     """Clipped-surrogate (+ β·KL) updates on one rollout batch.
 
@@ -111,7 +113,11 @@ def policy_update(
     truncated) rows zeroed: loss denominators count its tokens and sequences only. The scheduler
     steps with the optimizer, so a skipped non-finite step is not counted. `on_first_step` runs
     just before the first optimizer step moves the weights (the trainer's point of no return).
+    `epsilons` (low, high) replace `algo.epsilon_*` for this batch (adaptive clipping). `scaler`
+    (fp16) scales the loss before backward and unscales before clipping; an overflowing step is
+    skipped like any non-finite one, and the scaler lowers its scale.
     """
+    eps_low, eps_high = epsilons if epsilons is not None else (algo.epsilon_low, algo.epsilon_high)
     n, g = advantages.size(0), rollout.group_size
     device = advantages.device
     micro_size = max(1, math.ceil(n / settings.grad_accum_steps))
@@ -154,28 +160,35 @@ def policy_update(
                 old = old_logps[micro] if old_logps is not None else logps.detach()
                 mask = loss_mask[micro]
                 ratio = importance_ratio(logps, old, mask, algo.ratio_level)
-                per_token, low, high = clipped_surrogate(ratio, advantages[micro], algo.epsilon_low, algo.epsilon_high)
+                per_token, low, high = clipped_surrogate(ratio, advantages[micro], eps_low, eps_high)
                 if ref_logps is not None:
                     kl = kl_penalty(logps, ref_logps[micro], algo.kl_estimator)
                     per_token = per_token + algo.beta * kl
                     kl_sum += (kl.detach() * mask).sum().item()
                 loss = aggregate_loss(per_token, mask, norm)
-                loss.backward()
+                (scaler.scale(loss) if scaler is not None else loss).backward()
                 step_loss += loss.item()
                 low_sum += (low * mask).sum().item()
                 high_sum += (high * mask).sum().item()
                 tokens += mask.sum().item()
+            if scaler is not None:
+                scaler.unscale_(optimizer)  # clip and measure the true gradient
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).item()
             if math.isfinite(grad_norm) and math.isfinite(step_loss):
                 if on_first_step is not None and steps == 0:
                     on_first_step()
-                optimizer.step()
+                if scaler is not None:
+                    scaler.step(optimizer)
+                else:
+                    optimizer.step()
                 scheduler.step()
                 steps += 1
                 norms.append(grad_norm)
                 loss_sum += step_loss
             else:  # a non-finite step would poison the weights and Adam's moments: skip and count it
                 skipped += 1
+            if scaler is not None:
+                scaler.update()  # grows the scale after clean steps, halves it after an overflow
             optimizer.zero_grad(set_to_none=True)
     tokens = max(tokens, 1.0)
     return UpdateStats(

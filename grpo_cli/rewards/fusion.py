@@ -92,9 +92,13 @@ class RewardFusion:
             raise GrpoError(f"reward.aggregation '{aggregation}' is not one of {', '.join(AGGREGATIONS)}")
         if max_consecutive_failures < 1:
             raise GrpoError("reward.max_consecutive_failures must be at least 1")
+        if not 0 <= ema_momentum < 1:
+            raise GrpoError(f"reward.ema_momentum {ema_momentum} must be in [0, 1)")
         for s in sources:
             if s.normalize not in NORMALIZATIONS:
                 raise GrpoError(f"reward '{s.name}': normalize '{s.normalize}' is not one of {NORMALIZATIONS}")
+            if s.ema_momentum is not None and not 0 <= s.ema_momentum < 1:
+                raise GrpoError(f"reward '{s.name}': ema_momentum {s.ema_momentum} must be in [0, 1)")
         self.sources = list(sources)
         self.max_consecutive_failures = max_consecutive_failures
         self.aggregation = aggregation
@@ -148,6 +152,10 @@ class RewardFusion:
         )
 
     # ---- normalisation -----------------------------------------------------------------
+    def momentum(self, source: RewardSource) -> float:
+        """The source's own EMA momentum, else the fusion's (reward.ema_momentum)."""
+        return source.ema_momentum if source.ema_momentum is not None else self.ema_momentum
+
     def _normalize(
         self, source: RewardSource, values: list[float], group_size: int, update: bool, grouped: bool
     ) -> list[float]:
@@ -165,7 +173,7 @@ class RewardFusion:
         if valid and (update or not stats.seeded):
             if not update:  # a read-only call on a fresh source: this batch's own stats, unstored
                 stats = EmaMoments()
-            stats.update(valid, self.ema_momentum)
+            stats.update(valid, self.momentum(source))
         if not stats.seeded:
             return list(values)  # all NaN and nothing seen yet
         std = math.sqrt(stats.var)

@@ -31,6 +31,7 @@ class RewardSource:
     kwargs: dict[str, Any] = field(default_factory=dict)  # extra keyword arguments, after the data columns
     timeout_s: float | None = None  # None: the executor's default; <= 0: no limit
     parallel: bool = False  # may run in a worker process: picklable by reference, no state kept across calls
+    ema_momentum: float | None = None  # zscore running-stats momentum; None: the fusion's (reward.ema_momentum)
 
 
 def _import_target(target: str) -> Callable[..., Any]:
@@ -121,6 +122,8 @@ def _validate(specs: list[RewardFunctionConfig]) -> None:
                 f"reward '{spec.name}': fallback '{spec.fallback}' is not a configured reward function "
                 f"({', '.join(names)})"
             )
+        if spec.ema_momentum is not None and not 0 <= spec.ema_momentum < 1:
+            raise GrpoError(f"reward '{spec.name}': ema_momentum {spec.ema_momentum} must be in [0, 1)")
         if not spec.model_path and not spec.target:
             raise GrpoError(f"reward '{spec.name}': set target (a function) or model_path (a reward model)")
 
@@ -164,6 +167,7 @@ def resolve_reward_sources(
                 kwargs=kwargs,
                 timeout_s=None if spec.timeout_s is None else float(spec.timeout_s),
                 parallel=parallel,
+                ema_momentum=None if spec.ema_momentum is None else float(spec.ema_momentum),
             )
         )
     return sources

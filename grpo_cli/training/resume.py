@@ -23,6 +23,7 @@ RESUMABLE_CHANGES = (
     "train.device",
     "train.threads",
     "monitor.",
+    "guard.",
     "debug.",
     "reward.num_workers",
     "reward.timeout_s",

@@ -25,7 +25,7 @@ from grpo_cli.core.checkpoint import (
     save_checkpoint,
 )
 from grpo_cli.core.optim import build_optimizer
-from grpo_cli.core.precision import autocast_factory, weights_dtype
+from grpo_cli.core.precision import autocast_factory, effective_precision, gradient_scaler, weights_dtype
 from grpo_cli.core.update import UpdateSettings, policy_update
 from grpo_cli.data import PromptSampler, load_examples, split_examples
 from grpo_cli.errors import GrpoError
@@ -34,6 +34,7 @@ from grpo_cli.monitor import Observer, StepResult, truncate_metrics
 from grpo_cli.rewards import RewardExecutor, RewardFusion, check_columns, resolve_reward_sources, reward_diagnostics
 from grpo_cli.rollout import HFGenerator
 from grpo_cli.rollout.prompts import PromptEncoder, context_length, fit_prompts
+from grpo_cli.training.guards import GuardVerdict, StabilityGuard, TrainingHalted
 from grpo_cli.training.interrupt import DeferredInterrupt
 from grpo_cli.training.metrics import step_metrics, step_samples
 from grpo_cli.training.pipeline import evaluate_greedy, generate_groups, score_rollout
@@ -82,8 +83,11 @@ class GRPOTrainer:
         if self.resumed_from is not None:  # before any model loads: a changed config fails at once
             for change in check_resume(self.resumed_from, cfg):
                 log.warning("resume: config changed since the checkpoint: %s", change)
+        precision, notice = effective_precision(cfg.precision, self.device)
+        if notice:
+            log.warning(notice)
         self.model, self.tokenizer, self.model_dir = load_policy(
-            cfg.model, self.run_dir, cfg.train.seed, self.device, weights_dtype(cfg.precision), self.resumed_from
+            cfg.model, self.run_dir, cfg.train.seed, self.device, weights_dtype(precision), self.resumed_from
         )
         # No reference model is built or run when beta = 0; a resumed run reloads the starting model.
         starting_dir = self.model_dir if self.resumed_from else None
@@ -102,13 +106,17 @@ class GRPOTrainer:
         self.sampler = PromptSampler(self.train_examples, cfg.train.seed)
         updates_per_step = cfg.algo.num_iterations * cfg.algo.mini_batches  # exact: mini-batches are planned
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, cfg.train.steps * updates_per_step)
-        self.autocast = autocast_factory(self.device, cfg.precision)
+        self.autocast = autocast_factory(self.device, precision)
+        self.scaler = gradient_scaler(precision, self.device)
+        self.guard = StabilityGuard(cfg.guard)
+        self.halt: GuardVerdict | None = None  # a guard's pause or stop, carried out once the step is saved
         self.update_settings = UpdateSettings(
             cfg.rollout.temperature, cfg.rollout.max_new_tokens, cfg.train.grad_accum_steps, cfg.optim.max_grad_norm
         )
         self.state.register("rng", RngState())
         self.state.register("sampler", self.sampler)
         self.state.register("fusion", self.reward_fusion)
+        self.state.register("guard", self.guard)
         if self.resumed_from is not None:
             self._restore(self.resumed_from)
         else:  # a fresh start in a used run directory must not append to an older run's lines
@@ -144,17 +152,24 @@ class GRPOTrainer:
             reference=self.reference,
             autocast=self.autocast,
             on_first_step=self.interrupts.arm,  # from here a Ctrl-C waits for the step's observers
+            scaler=self.scaler,
         )
         t_train = time.perf_counter()
         self.interrupts.arm()  # even when every update was skipped: the step's outcome is final now
+
+        # Stability guards: warn now; pause or stop once the step is finished and saved.
+        verdicts = self.guard.observe(fusion.fused, update.optimizer_steps, update.skipped_updates)
+        self.halt = next((v for v in verdicts if v.action in ("pause", "stop")), None)
 
         self.step_index += 1
         timings = {"generate": t_gen - t0, "score": t_score - t_gen, "train": t_train - t_score, "step": t_train - t0}
         metrics = step_metrics(
             self.step_index, fusion, adv_stats, update, rollout, lr, timings, self.reward_diagnostics
         )
+        metrics.update(self.guard.metrics(fusion.fused))
         samples = step_samples(examples, rollout, fusion, advantages.tolist(), 2 * g)
-        return StepResult(self.step_index, metrics, samples, list(fusion.alerts))
+        alerts = [*fusion.alerts, *(f"guard ({v.action}): {v.reason}" for v in verdicts)]
+        return StepResult(self.step_index, metrics, samples, alerts)
 
     @torch.no_grad()
     def evaluate(self, limit: int = EVAL_PROMPTS) -> dict[str, float]:
@@ -187,6 +202,8 @@ class GRPOTrainer:
                     if cfg.train.save_every and self.step_index % cfg.train.save_every == 0:
                         self.save()
                     finished = True
+                if self.halt is not None:  # a guard's pause or stop: the finished step is the checkpoint
+                    raise TrainingHalted(self.halt, self.step_index, str(self.save()))
             except KeyboardInterrupt:
                 if not finished and not self.interrupts.engaged:  # the weights never moved: undo the step
                     self.state.load_state_dict(start)
@@ -206,6 +223,7 @@ class GRPOTrainer:
         training_state = {
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "state": self.state.state_dict(),
         }
         return save_checkpoint(directory, self.model, self.tokenizer, trainer_state, training_state)
@@ -217,6 +235,8 @@ class GRPOTrainer:
             raise GrpoError(f"{directory}: written by an older grpo; start over with train.resume=never")
         self.optimizer.load_state_dict(training_state["optimizer"])
         self.scheduler.load_state_dict(training_state["scheduler"])
+        if self.scaler is not None and training_state.get("scaler"):
+            self.scaler.load_state_dict(training_state["scaler"])
         self.state.load_state_dict(training_state["state"])
         self.step_index = trainer_state["step"]
         self.history = truncate_metrics(self.run_dir / "metrics.jsonl", self.step_index)

@@ -1,0 +1,73 @@
+"""Learning-rate scaling (DESIGN.md §3, seed 001): lr_eff = lr·sqrt(B/B_ref) or lr·B/B_ref, B the
+completions per optimizer step; build_optimizer builds AdamW at that lr. Worked numbers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grpo_cli.config.schema import OptimConfig, TrainConfig
+from grpo_cli.config.validate import validate
+from grpo_cli.core.optim import build_optimizer, completions_per_step, effective_lr
+from grpo_cli.errors import GrpoError
+
+
+def optim(**kwargs):
+    return OptimConfig(**{"lr": 1e-6, "reference_batch": 32, "warmup_steps": 0, **kwargs})
+
+
+def test_batch_is_completions_per_optimizer_step():
+    """16 prompts × 8 completions = 128 per rollout; 4 mini-batches -> 4 optimizer steps of 32."""
+    assert completions_per_step(16, 8, 1) == 128
+    assert completions_per_step(16, 8, 4) == 32
+    assert completions_per_step(6, 4, 4) == 6  # 24 completions over 4 steps: 6 on average
+
+
+def test_sqrt_scaling():
+    """B 128 over B_ref 32: ×√4 = ×2; B 8: ×√(1/4) = ×0.5; B = B_ref: unchanged."""
+    assert effective_lr(optim(lr_scaling="sqrt"), 128) == pytest.approx(2e-6)
+    assert effective_lr(optim(lr_scaling="sqrt"), 8) == pytest.approx(5e-7)
+    assert effective_lr(optim(lr_scaling="sqrt"), 32) == pytest.approx(1e-6)
+
+
+def test_linear_scaling():
+    """B 128 over B_ref 32: ×4; B 8: ×0.25."""
+    assert effective_lr(optim(lr_scaling="linear"), 128) == pytest.approx(4e-6)
+    assert effective_lr(optim(lr_scaling="linear"), 8) == pytest.approx(2.5e-7)
+
+
+def test_none_keeps_lr_whatever_the_batch():
+    assert effective_lr(optim(lr_scaling="none", reference_batch=0), 128) == 1e-6
+
+
+def test_scaling_without_a_reference_batch_is_refused():
+    with pytest.raises(GrpoError, match=r"optim.reference_batch > 0"):
+        effective_lr(optim(lr_scaling="sqrt", reference_batch=0), 128)
+    with pytest.raises(GrpoError, match=r"optim.reference_batch=0: optim.lr_scaling=sqrt needs the completions"):
+        validate(TrainConfig(optim=OptimConfig(lr_scaling="sqrt")))
+    with pytest.raises(GrpoError, match=r"optim.lr_scaling='sqr': must be one of none, sqrt, linear; did you mean sqrt"):
+        validate(TrainConfig(optim=OptimConfig(lr_scaling="sqr", reference_batch=32)))
+    assert validate(TrainConfig(optim=OptimConfig(lr_scaling="linear", reference_batch=32))) == []
+
+
+@pytest.mark.parametrize(("scaling", "expected"), [("sqrt", 2e-6), ("linear", 4e-6), ("none", 1e-6)])
+def test_build_optimizer_uses_the_effective_lr(scaling, expected):
+    """The default run's shape: 16 prompts × 8 completions, one mini-batch -> B 128."""
+    cfg = TrainConfig(optim=optim(lr_scaling=scaling))
+    batch = completions_per_step(cfg.train.prompts_per_step, cfg.rollout.num_generations, cfg.algo.mini_batches)
+    optimizer, scheduler = build_optimizer(torch.nn.Linear(2, 1), cfg.optim, 10, batch)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(expected)
+    assert scheduler.base_lrs == pytest.approx([expected])  # the schedule decays from it
+
+
+def test_build_optimizer_keeps_its_schedule_and_needs_the_batch_only_when_scaling():
+    """warmup 5 of a constant schedule: step 0 at 0, then lr_eff·k/5."""
+    optimizer, scheduler = build_optimizer(torch.nn.Linear(2, 1), optim(lr_scaling="sqrt", warmup_steps=5), 10, 128)
+    assert optimizer.param_groups[0]["lr"] == 0.0
+    optimizer.step()
+    scheduler.step()
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(2e-6 / 5)
+    plain, _ = build_optimizer(torch.nn.Linear(2, 1), optim(), 10)  # lr_scaling none: B may be left out
+    assert plain.param_groups[0]["lr"] == 1e-6
+    with pytest.raises(GrpoError, match=r"optim.lr_scaling=sqrt: build_optimizer needs the completions"):
+        build_optimizer(torch.nn.Linear(2, 1), optim(lr_scaling="sqrt"), 10)

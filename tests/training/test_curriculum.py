@@ -1,0 +1,198 @@
+"""RewardCurriculum with worked numbers: the shipped schedules as `grpo train` composes them, the
+exact `linear` blend, user phases from the command line, and the start-up errors a user sees."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+
+from grpo_cli.commands.entry import register_schemas
+from grpo_cli.config import validate
+from grpo_cli.config.schema import CurriculumConfig, CurriculumPhase, RewardFunctionConfig, TrainConfig
+from grpo_cli.errors import GrpoError
+from grpo_cli.training.curriculum import THREE_PHASE, RewardCurriculum
+
+USER_PHASES = "curriculum.phases=[{until:0.5,weights:{exact_match:2.0}},{until:1.0,weights:{exact_match:1.0}}]"
+
+
+def composed(*overrides: str) -> TrainConfig:
+    """The config `grpo train OVERRIDES...` runs, as the schema's dataclasses."""
+    register_schemas()
+    with initialize_config_module("grpo_cli.conf", version_base=None):
+        cfg = compose(config_name="train", overrides=list(overrides))
+    obj = OmegaConf.to_object(cfg)
+    assert isinstance(obj, TrainConfig)
+    return obj
+
+
+def curriculum_of(cfg: TrainConfig, steps: int | None = None) -> RewardCurriculum:
+    return RewardCurriculum(cfg.curriculum, cfg.reward.functions, steps or cfg.train.steps)
+
+
+def column(curriculum: RewardCurriculum, name: str, steps: int) -> list[float]:
+    return [curriculum.weights(s)[name] for s in range(steps)]
+
+
+@pytest.fixture(scope="module")
+def code_three_phase() -> TrainConfig:
+    return composed("reward=code", "curriculum=three_phase")
+
+
+# ---- constant ----------------------------------------------------------------------------------
+def test_constant_default_gives_the_configured_weights_at_every_step() -> None:
+    cfg = TrainConfig()
+    cfg.reward.functions[1].weight = 0.5
+    curriculum = curriculum_of(cfg)
+    assert all(curriculum.weights(s) == {"exact_match": 1.0, "partial_credit": 0.5} for s in (0, 150, 299, 400))
+
+
+# ---- three_phase -------------------------------------------------------------------------------
+def test_three_phase_on_ten_steps_switches_at_20_and_60_percent(code_three_phase: TrainConfig) -> None:
+    curriculum = curriculum_of(code_three_phase, 10)
+    assert column(curriculum, "code_compiles", 10) == [0.7] * 2 + [0.3] * 4 + [0.1] * 4
+    assert column(curriculum, "code_tests", 10) == [0.2] * 2 + [0.6] * 4 + [0.3] * 4
+    assert column(curriculum, "code_style", 10) == [0.1] * 2 + [0.1] * 4 + [0.6] * 4
+    assert column(curriculum, "code_similarity", 10) == [0.2] * 10  # not named by a phase: configured weight
+    assert [curriculum.phase(s) for s in range(10)] == [0, 0, 1, 1, 1, 1, 2, 2, 2, 2]
+
+
+def test_the_schedule_is_a_function_of_the_step_so_a_resumed_run_continues_it(code_three_phase: TrainConfig) -> None:
+    before = curriculum_of(code_three_phase, 10)
+    after_resume = curriculum_of(code_three_phase, 10)  # a fresh object, as after a restart
+    assert [after_resume.weights(s) for s in range(4, 10)] == [before.weights(s) for s in range(4, 10)]
+    assert before.weights(12) == before.weights(9)  # past the end: the last phase holds
+
+
+def test_three_phase_yaml_is_the_built_in_schedule(code_three_phase: TrainConfig) -> None:
+    assert code_three_phase.curriculum.phases == list(THREE_PHASE)
+    library = dataclasses.replace(code_three_phase, curriculum=CurriculumConfig(name="three_phase"))
+    assert [curriculum_of(library, 10).weights(s) for s in range(10)] == [
+        curriculum_of(code_three_phase, 10).weights(s) for s in range(10)
+    ]
+
+
+# ---- linear ------------------------------------------------------------------------------------
+def test_linear_blends_between_phase_midpoints_worked_numbers(code_three_phase: TrainConfig) -> None:
+    # Midpoints of [0, .2), [.2, .6), [.6, 1]: 0.1, 0.4, 0.8.
+    code_three_phase.curriculum.interpolate = "linear"
+    curriculum = curriculum_of(code_three_phase, 10)
+    approx = pytest.approx
+    assert curriculum.weights(0)["code_compiles"] == 0.7  # before the first midpoint: held
+    # p = 0.2: a third of the way from midpoint 0.1 to 0.4
+    assert curriculum.weights(2) == approx(
+        {"code_compiles": 0.7 - 0.4 / 3, "code_tests": 0.2 + 0.4 / 3, "code_style": 0.1, "code_similarity": 0.2}
+    )
+    # p = 0.6: half way from midpoint 0.4 to 0.8
+    assert curriculum.weights(6) == approx(
+        {"code_compiles": 0.2, "code_tests": 0.45, "code_style": 0.35, "code_similarity": 0.2}
+    )
+    assert curriculum.weights(9) == approx(
+        {"code_compiles": 0.1, "code_tests": 0.3, "code_style": 0.6, "code_similarity": 0.2}
+    )
+    # On 20 steps p = 0.25 falls half way between 0.1 and 0.4.
+    assert curriculum_of(code_three_phase, 20).weights(5)["code_compiles"] == approx(0.5)
+
+
+@pytest.mark.parametrize("step", [1, 4, 8])  # p = 0.1, 0.4, 0.8: the midpoints
+def test_linear_equals_step_at_phase_midpoints(code_three_phase: TrainConfig, step: int) -> None:
+    stepped = curriculum_of(code_three_phase, 10)
+    code_three_phase.curriculum.interpolate = "linear"
+    assert curriculum_of(code_three_phase, 10).weights(step) == pytest.approx(stepped.weights(step))
+
+
+def test_partial_to_exact_moves_weight_to_exact_match() -> None:
+    curriculum = curriculum_of(composed("curriculum=partial_to_exact"), 20)  # midpoints 0.15, 0.5, 0.85
+    approx = pytest.approx
+    assert curriculum.weights(0) == {"exact_match": 0.2, "partial_credit": 1.0}
+    assert curriculum.weights(3) == approx({"exact_match": 0.2, "partial_credit": 1.0})  # p = 0.15
+    assert curriculum.weights(6) == approx({"exact_match": 0.2 + 0.8 * 3 / 7, "partial_credit": 1.0 - 0.5 * 3 / 7})
+    assert curriculum.weights(10) == approx({"exact_match": 1.0, "partial_credit": 0.5})  # p = 0.5
+    assert curriculum.weights(19) == approx({"exact_match": 1.0, "partial_credit": 0.2})
+
+
+# ---- user phases -------------------------------------------------------------------------------
+def test_user_phases_from_the_command_line() -> None:
+    cfg = composed("curriculum=phased", USER_PHASES)
+    assert cfg.curriculum.phases == [
+        CurriculumPhase(until=0.5, weights={"exact_match": 2.0}),
+        CurriculumPhase(until=1.0, weights={"exact_match": 1.0}),
+    ]
+    assert validate(cfg) == []
+    curriculum = curriculum_of(cfg, 4)
+    assert column(curriculum, "exact_match", 4) == [2.0, 2.0, 1.0, 1.0]
+    assert column(curriculum, "partial_credit", 4) == [1.0] * 4
+
+
+def test_every_shipped_option_composes_with_the_schema() -> None:
+    for option in ("constant", "three_phase", "phased", "partial_to_exact"):
+        assert validate(composed(f"curriculum={option}")) == []
+    assert composed("curriculum=constant").curriculum == TrainConfig().curriculum
+
+
+# ---- errors ------------------------------------------------------------------------------------
+def test_three_phase_with_the_arithmetic_rewards_names_what_it_expects_and_how_to_write_phases() -> None:
+    cfg = TrainConfig()
+    cfg.curriculum = CurriculumConfig(name="three_phase")
+    with pytest.raises(GrpoError) as err:
+        curriculum_of(cfg)
+    message = str(err.value)
+    assert "weights code_compiles, code_style, code_tests" in message
+    assert "reward.functions has exact_match, partial_credit" in message
+    assert "reward=code" in message
+    assert "curriculum=phased 'curriculum.phases=[{until:0.5,weights:{exact_match:2.0}}" in message
+    assert "--config-dir" in message
+
+
+def test_a_phase_naming_an_unknown_function_lists_both_sets() -> None:
+    cfg = composed("curriculum=phased", "curriculum.phases=[{until:0.5,weights:{exact_match:2.0}},{weights:{exact:1}}]")
+    with pytest.raises(GrpoError, match=r"curriculum\.phases\[1\]\.weights: reward function\(s\) exact not in") as err:
+        curriculum_of(cfg)
+    assert "the phases name exact, exact_match, reward.functions has exact_match, partial_credit" in str(err.value)
+
+
+def phased(*phases: CurriculumPhase, name: str = "phased", interpolate: str = "step") -> TrainConfig:
+    cfg = TrainConfig()
+    cfg.curriculum = CurriculumConfig(name=name, interpolate=interpolate, phases=list(phases))
+    return cfg
+
+
+@pytest.mark.parametrize(
+    ("cfg", "message"),
+    [
+        (
+            phased(CurriculumPhase(0.6), CurriculumPhase(0.2)),
+            "invalid value curriculum.phases[1].until=0.2: must be greater than curriculum.phases[0].until=0.6",
+        ),
+        (phased(CurriculumPhase(0.5), CurriculumPhase(0.5)), "curriculum.phases[1].until=0.5: must be greater"),
+        (phased(CurriculumPhase(0.0)), "invalid value curriculum.phases[0].until=0.0: must be in (0, 1]"),
+        (phased(CurriculumPhase(0.5), CurriculumPhase(1.5)), "curriculum.phases[1].until=1.5: must be in (0, 1]"),
+        (
+            phased(CurriculumPhase(1.0, {"exact_match": -1.0})),
+            "invalid value curriculum.phases[0].weights.exact_match=-1.0: must be a finite number >= 0",
+        ),
+        (
+            phased(CurriculumPhase(1.0, {"exact_match": 0.0, "partial_credit": 0.0})),
+            "curriculum.phases[0] leaves every reward function at weight 0",
+        ),
+        (phased(), "curriculum=phased needs its phases, e.g. on the command line 'curriculum.phases=[{until:0.5"),
+        (
+            phased(CurriculumPhase(1.0, {"exact_match": 2.0}), name="constant"),
+            "curriculum.name=constant uses the weights in reward.functions and would ignore the 1 curriculum.phases",
+        ),
+        (phased(name="linear"), "invalid value curriculum.name='linear': must be one of constant, three_phase, phased"),
+        (phased(interpolate="cosine"), "invalid value curriculum.interpolate='cosine': must be one of step, linear"),
+    ],
+)
+def test_bad_curricula_fail_at_construction_naming_the_key(cfg: TrainConfig, message: str) -> None:
+    with pytest.raises(GrpoError) as err:
+        curriculum_of(cfg)
+    assert message in str(err.value)
+
+
+def test_validate_checks_the_names_too() -> None:
+    cfg = phased(interpolate="smooth")
+    with pytest.raises(GrpoError, match=r"curriculum\.interpolate='smooth': must be one of step, linear"):
+        validate(cfg)
