@@ -174,7 +174,7 @@ class OptimConfig:
     max_grad_norm: float = 1.0
     scheduler: str = "constant"  # constant | cosine | linear
     warmup_steps: int = 5
-    lr_scaling: str = "none"  # none | sqrt | linear: lr·(B/reference_batch)^(1/2 or 1), B completions per optimizer step
+    lr_scaling: str = "none"  # none | sqrt | linear: lr·(B/reference_batch)^(1/2 or 1), B completions per step
     reference_batch: int = 0  # completions per optimizer step `lr` was tuned for; > 0 when lr_scaling != none
 
 

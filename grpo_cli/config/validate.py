@@ -284,7 +284,7 @@ def validate(cfg: TrainConfig) -> list[str]:
         if fn.normalize is not None:
             _check_choice(f"reward.functions[{i}].normalize", fn.normalize, NORMALIZATIONS)
         if fn.ema_momentum is not None and not 0 <= fn.ema_momentum < 1:
-            _fail(f"reward.functions[{i}].ema_momentum", fn.ema_momentum, "must be in [0, 1) (null: reward.ema_momentum)")
+            _fail(f"reward.functions[{i}].ema_momentum", fn.ema_momentum, "must be in [0, 1) (null: the default)")
     if not 0 <= cfg.reward.ema_momentum < 1:
         _fail("reward.ema_momentum", cfg.reward.ema_momentum, "must be in [0, 1); 0.9-0.99 typical")
     if cfg.model.kind == "hf":

@@ -45,7 +45,9 @@ def test_scaling_without_a_reference_batch_is_refused():
         effective_lr(optim(lr_scaling="sqrt", reference_batch=0), 128)
     with pytest.raises(GrpoError, match=r"optim.reference_batch=0: optim.lr_scaling=sqrt needs the completions"):
         validate(TrainConfig(optim=OptimConfig(lr_scaling="sqrt")))
-    with pytest.raises(GrpoError, match=r"optim.lr_scaling='sqr': must be one of none, sqrt, linear; did you mean sqrt"):
+    with pytest.raises(
+        GrpoError, match=r"optim.lr_scaling='sqr': must be one of none, sqrt, linear; did you mean sqrt"
+    ):
         validate(TrainConfig(optim=OptimConfig(lr_scaling="sqr", reference_batch=32)))
     assert validate(TrainConfig(optim=OptimConfig(lr_scaling="linear", reference_batch=32))) == []
 

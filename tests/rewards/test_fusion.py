@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from grpo_cli.config.schema import RewardFunctionConfig
+from grpo_cli.config.schema import RewardConfig, RewardFunctionConfig, TrainConfig
+from grpo_cli.config.validate import validate
 from grpo_cli.errors import GrpoError
 from grpo_cli.rewards import (
     BatchScores,
@@ -244,3 +245,41 @@ def test_state_dict_round_trips_running_stats_and_failure_counts():
     a, b = first.fuse(nxt, 2), resumed.fuse(nxt, 2)
     assert a.normalized == b.normalized and a.fused == b.fused
     assert b.masked == ["flaky"]  # the third failure in a row counts across the resume
+
+
+# ---- zscore momentum per function ----------------------------------------------------------------
+def test_per_function_ema_momentum_reaches_the_zscore_stats():
+    """Both seeded by batch 1 [1, 3]: mean 2, var 1. Batch 2 [5, 7]: batch mean 6, var 1, shift 4.
+    a (own m 0.5): mean .5·2 + .5·6 = 4, var .5 + .5 + .25·16 = 5 -> z(5) = 1/(√5 + 1e-4).
+    b (unset: reward.ema_momentum 0.75): mean .75·2 + .25·6 = 3, var 1 + .1875·16 = 4 -> z(5) = 2/(2 + 1e-4)."""
+    reward = RewardConfig(
+        functions=[
+            spec("a", "exact_match", normalize="zscore", ema_momentum=0.5),
+            spec("b", "exact_match", normalize="zscore"),
+        ],
+        ema_momentum=0.75,
+    )
+    sources = resolve_reward_sources(reward.functions)
+    assert [s.ema_momentum for s in sources] == [0.5, None]
+    fusion = RewardFusion(sources, reward.max_consecutive_failures, reward.aggregation, reward.ema_momentum)
+    assert [fusion.momentum(s) for s in sources] == [0.5, 0.75]
+    fusion.fuse({"a": batch(1, 3), "b": batch(1, 3)}, 2)
+    result = fusion.fuse({"a": batch(5, 7), "b": batch(5, 7)}, 2)
+    assert result.normalized["a"] == pytest.approx([1 / (math.sqrt(5) + 1e-4), 3 / (math.sqrt(5) + 1e-4)])
+    assert result.normalized["b"] == pytest.approx([2 / (2 + 1e-4), 4 / (2 + 1e-4)])
+    stats = fusion.state_dict()["stats"]
+    assert (stats["a"]["mean"], stats["a"]["var"]) == pytest.approx((4.0, 5.0))
+    assert (stats["b"]["mean"], stats["b"]["var"]) == pytest.approx((3.0, 4.0))
+
+
+def test_ema_momentum_outside_0_1_is_refused_naming_the_key():
+    with pytest.raises(GrpoError, match=r"reward 'a': ema_momentum 1.0 must be in \[0, 1\)"):
+        resolve_reward_sources([spec("a", "exact_match", ema_momentum=1.0)])
+    with pytest.raises(GrpoError, match=r"reward.ema_momentum 1.5 must be in \[0, 1\)"):
+        RewardFusion([source("a")], ema_momentum=1.5)
+    bad_default = TrainConfig(reward=RewardConfig(ema_momentum=1.0))
+    with pytest.raises(GrpoError, match=r"invalid value reward.ema_momentum=1.0: must be in \[0, 1\)"):
+        validate(bad_default)
+    bad_function = TrainConfig(reward=RewardConfig(functions=[spec("a", "exact_match", ema_momentum=-0.1)]))
+    with pytest.raises(GrpoError, match=r"invalid value reward.functions\[0\].ema_momentum=-0.1: must be in"):
+        validate(bad_function)

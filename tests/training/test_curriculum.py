@@ -13,6 +13,8 @@ from grpo_cli.commands.entry import register_schemas
 from grpo_cli.config import validate
 from grpo_cli.config.schema import CurriculumConfig, CurriculumPhase, RewardFunctionConfig, TrainConfig
 from grpo_cli.errors import GrpoError
+from grpo_cli.rewards import RewardFusion, RewardSource
+from grpo_cli.rewards.builtin import exact_match
 from grpo_cli.training.curriculum import THREE_PHASE, RewardCurriculum
 
 USER_PHASES = "curriculum.phases=[{until:0.5,weights:{exact_match:2.0}},{until:1.0,weights:{exact_match:1.0}}]"
@@ -47,6 +49,16 @@ def test_constant_default_gives_the_configured_weights_at_every_step() -> None:
     cfg.reward.functions[1].weight = 0.5
     curriculum = curriculum_of(cfg)
     assert all(curriculum.weights(s) == {"exact_match": 1.0, "partial_credit": 0.5} for s in (0, 150, 299, 400))
+
+
+def test_functions_a_phase_leaves_out_keep_their_weight_and_the_fusion_takes_the_result() -> None:
+    functions = [RewardFunctionConfig(name="a", weight=0.5), RewardFunctionConfig(name="b", weight=2.0, fallback="a")]
+    cfg = CurriculumConfig(name="phased", phases=[CurriculumPhase(0.5, {"a": 3.0}), CurriculumPhase(1.0, {"b": 0.0})])
+    curriculum = RewardCurriculum(cfg, functions, total_steps=4)
+    assert [curriculum.weights(s) for s in range(4)] == [{"a": 3.0, "b": 2.0}] * 2 + [{"a": 0.5, "b": 0.0}] * 2
+    fusion = RewardFusion([RewardSource(f.name, exact_match, f.weight, fallback=f.fallback) for f in functions])
+    fusion.masked.append("b")  # as after b's failures: its curriculum weight moves to its fallback
+    assert fusion.effective_weights(curriculum.weights(0)) == {"a": 5.0, "b": 0.0}
 
 
 # ---- three_phase -------------------------------------------------------------------------------
