@@ -48,7 +48,10 @@ def run_train(cfg: TrainConfig, run_dir: Path) -> float:
     start = time.perf_counter()
     trainer.setup()  # validates first: a bad value fails before any model is built
     run_dir.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(OmegaConf.structured(cfg), run_dir / "config.yaml")
+    lr_line = f"effective lr {trainer.lr:g} (optim.lr={cfg.optim.lr:g}, optim.lr_scaling={cfg.optim.lr_scaling})"
+    resolved = OmegaConf.to_yaml(OmegaConf.structured(cfg))
+    (run_dir / "config.yaml").write_text(f"# {lr_line}\n{resolved}", encoding="utf-8")
+    log.info(lr_line)
     if trainer.resumed_from:
         log.info("resuming from %s (step %d)", trainer.resumed_from, trainer.step_index)
     log.info("run directory: %s", run_dir)

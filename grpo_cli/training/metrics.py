@@ -28,6 +28,7 @@ def step_metrics(
         "reward/std": nanstd(fusion.fused),
         **{f"reward/{name}/mean": nanmean(values) for name, values in fusion.per_function.items()},
         **{f"reward/{name}/nan_frac": nan_fraction(values) for name, values in fusion.per_function.items()},
+        **{f"weight/{name}": weight for name, weight in fusion.effective_weights.items()},
         **{f"weight_effect/{name}": share for name, share in fusion.weight_effect.items()},
         "reward/masked_functions": len(fusion.masked),
         **diagnostics,

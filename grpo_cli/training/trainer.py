@@ -24,7 +24,8 @@ from grpo_cli.core.checkpoint import (
     resume_point,
     save_checkpoint,
 )
-from grpo_cli.core.optim import build_optimizer
+from grpo_cli.core.clip import AdaptiveClip
+from grpo_cli.core.optim import build_optimizer, completions_per_step, effective_lr
 from grpo_cli.core.precision import autocast_factory, effective_precision, gradient_scaler, weights_dtype
 from grpo_cli.core.update import UpdateSettings, policy_update
 from grpo_cli.data import PromptSampler, load_examples, split_examples
@@ -34,6 +35,8 @@ from grpo_cli.monitor import Observer, StepResult, truncate_metrics
 from grpo_cli.rewards import RewardExecutor, RewardFusion, check_columns, resolve_reward_sources, reward_diagnostics
 from grpo_cli.rollout import HFGenerator
 from grpo_cli.rollout.prompts import PromptEncoder, context_length, fit_prompts
+from grpo_cli.stats import nanmean
+from grpo_cli.training.curriculum import RewardCurriculum
 from grpo_cli.training.guards import GuardVerdict, StabilityGuard, TrainingHalted
 from grpo_cli.training.interrupt import DeferredInterrupt
 from grpo_cli.training.metrics import step_metrics, step_samples
@@ -71,12 +74,13 @@ class GRPOTrainer:
             torch.set_num_threads(1)  # tiny ops are too small to split; threads only contend
         # Reward functions resolve first: a wrong import path fails before any model loads.
         self.reward_sources = resolve_reward_sources(cfg.reward.functions, cfg.train.device, cfg.sandbox)
+        self.curriculum = RewardCurriculum(cfg.curriculum, cfg.reward.functions, cfg.train.steps)
         train_examples, eval_examples = split_examples(load_examples(cfg.data), cfg.data.eval_fraction, cfg.data.seed)
         check_columns(self.reward_sources, list({k for ex in train_examples for k in ex if k != "prompt"}))
         # e.g. the sandbox backend: shown at start-up, in every metrics line and in the summary
         self.reward_diagnostics = reward_diagnostics(self.reward_sources)
         self.reward_fusion = RewardFusion(
-            self.reward_sources, cfg.reward.max_consecutive_failures, cfg.reward.aggregation
+            self.reward_sources, cfg.reward.max_consecutive_failures, cfg.reward.aggregation, cfg.reward.ema_momentum
         )
         self.reward_executor = RewardExecutor(cfg.reward.num_workers, cfg.reward.timeout_s)
         self.resumed_from = resume_point(cfg.train.resume, self.run_dir)
@@ -105,7 +109,12 @@ class GRPOTrainer:
         self.train_examples, self.eval_examples = splits["train"], splits["eval"]
         self.sampler = PromptSampler(self.train_examples, cfg.train.seed)
         updates_per_step = cfg.algo.num_iterations * cfg.algo.mini_batches  # exact: mini-batches are planned
-        self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, cfg.train.steps * updates_per_step)
+        batch = completions_per_step(cfg.train.prompts_per_step, cfg.rollout.num_generations, cfg.algo.mini_batches)
+        self.optimizer, self.scheduler = build_optimizer(
+            self.model, cfg.optim, cfg.train.steps * updates_per_step, batch
+        )
+        self.lr = effective_lr(cfg.optim, batch)  # optim.lr scaled to the batch (optim.lr_scaling)
+        self.clip = AdaptiveClip(cfg.algo.adaptive_clip, cfg.algo.epsilon_low, cfg.algo.epsilon_high)
         self.autocast = autocast_factory(self.device, precision)
         self.scaler = gradient_scaler(precision, self.device)
         self.guard = StabilityGuard(cfg.guard)
@@ -117,6 +126,7 @@ class GRPOTrainer:
         self.state.register("sampler", self.sampler)
         self.state.register("fusion", self.reward_fusion)
         self.state.register("guard", self.guard)
+        self.state.register("clip", self.clip)
         if self.resumed_from is not None:
             self._restore(self.resumed_from)
         else:  # a fresh start in a used run directory must not append to an older run's lines
@@ -130,7 +140,8 @@ class GRPOTrainer:
         rollout = generate_groups(examples, self.encoder, self.generator, g)
         t_gen = time.perf_counter()
 
-        fusion = score_rollout(examples, rollout, self.reward_executor, self.reward_fusion)
+        weights = self.curriculum.weights(self.step_index)  # curriculum: by progress through train.steps
+        fusion = score_rollout(examples, rollout, self.reward_executor, self.reward_fusion, weights)
         rewards = torch.tensor(fusion.fused, dtype=torch.float32)
         advantages, adv_stats = group_advantages(rewards, g, cfg.algo.scale_rewards)
         t_score = time.perf_counter()
@@ -140,6 +151,7 @@ class GRPOTrainer:
         if cfg.algo.mask_truncated:  # DAPO overlong filtering: truncated answers teach nothing
             loss_mask = loss_mask * (~rollout.truncated).float().unsqueeze(1)
         lr = self.scheduler.get_last_lr()[0]
+        epsilons = self.clip.epsilons(nanmean(fusion.fused))  # adaptive clipping: this batch against the last ones
         update = policy_update(
             self.model,
             self.optimizer,
@@ -152,6 +164,7 @@ class GRPOTrainer:
             reference=self.reference,
             autocast=self.autocast,
             on_first_step=self.interrupts.arm,  # from here a Ctrl-C waits for the step's observers
+            epsilons=epsilons,
             scaler=self.scaler,
         )
         t_train = time.perf_counter()
@@ -166,6 +179,7 @@ class GRPOTrainer:
         metrics = step_metrics(
             self.step_index, fusion, adv_stats, update, rollout, lr, timings, self.reward_diagnostics
         )
+        metrics.update({"clip/epsilon_low": epsilons[0], "clip/epsilon_high": epsilons[1]})
         metrics.update(self.guard.metrics(fusion.fused))
         samples = step_samples(examples, rollout, fusion, advantages.tolist(), 2 * g)
         alerts = [*fusion.alerts, *(f"guard ({v.action}): {v.reason}" for v in verdicts)]
@@ -174,8 +188,9 @@ class GRPOTrainer:
     @torch.no_grad()
     def evaluate(self, limit: int = EVAL_PROMPTS) -> dict[str, float]:
         """Greedy answers on the held-out split; the fusion's running state is left alone."""
+        weights = self.curriculum.weights(max(self.step_index - 1, 0))  # those of the step just trained
         return evaluate_greedy(
-            self.eval_examples[:limit], self.encoder, self.generator, self.reward_executor, self.reward_fusion
+            self.eval_examples[:limit], self.encoder, self.generator, self.reward_executor, self.reward_fusion, weights
         )
 
     # ---- the loop ----------------------------------------------------------------------
