@@ -24,7 +24,15 @@ def collect_jobs(sweep_dir: Path) -> list[dict[str, Any]]:
         overrides = yaml.safe_load(overrides_file.read_text()) or []
         summary_file = job_dir / "summary.json"
         summary = json.loads(summary_file.read_text()) if summary_file.exists() else {}
-        rows.append({"job": job_dir.name, "overrides": " ".join(overrides), **{k: summary.get(k) for k in FIGURES}})
+        per_function = {k: v for k, v in summary.items() if k.startswith("last10/")}  # e.g. last10/exact_match
+        rows.append(
+            {
+                "job": job_dir.name,
+                "overrides": " ".join(overrides),
+                **{k: summary.get(k) for k in FIGURES},
+                **per_function,
+            }
+        )
     return rows
 
 
@@ -34,15 +42,15 @@ class SweepSummary(Callback):
         rows = collect_jobs(sweep_dir)
         if not rows:
             return
+        columns = list(dict.fromkeys(k for row in rows for k in row))  # jobs may differ (a failed one has none)
         with (sweep_dir / "sweep_summary.csv").open("w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+            writer = csv.DictWriter(handle, fieldnames=columns, restval="")
             writer.writeheader()
             writer.writerows(rows)
         table = Table(title=f"sweep: {len(rows)} jobs ({sweep_dir}/sweep_summary.csv)")
-        for column in rows[0]:
+        for column in columns:
             table.add_column(column, justify="left" if column in ("job", "overrides") else "right")
         for row in rows:
-            table.add_row(
-                *(f"{v:.4g}" if isinstance(v, float) else ("-" if v is None else str(v)) for v in row.values())
-            )
+            values = (row.get(column) for column in columns)
+            table.add_row(*(f"{v:.4g}" if isinstance(v, float) else ("-" if v is None else str(v)) for v in values))
         Console(stderr=True).print(table)

@@ -89,6 +89,11 @@ def run_train(cfg: TrainConfig, run_dir: Path) -> float:
         "wall_s": time.perf_counter() - start,
         "reward_first10": _mean(history[:10], "reward/mean"),
         "reward_last10": _mean(history[-10:], "reward/mean"),
+        **{  # each reward function's raw mean over the last 10 steps, e.g. last10/exact_match
+            f"last10/{key.split('/')[1]}": _mean(history[-10:], key)
+            for key in (history[-1] if history else {})
+            if key.startswith("reward/") and key.endswith("/mean") and key.count("/") == 2
+        },
         "final_checkpoint": str(checkpoint),
         "halted_by_guard": None if halted is None else f"{halted.verdict.action}: {halted}",
         **trainer.prompt_budget.summary(),
