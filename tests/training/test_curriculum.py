@@ -208,3 +208,29 @@ def test_validate_checks_the_names_too() -> None:
     cfg = phased(interpolate="smooth")
     with pytest.raises(GrpoError, match=r"curriculum\.interpolate='smooth': must be one of step, linear"):
         validate(cfg)
+
+
+# ---- in the trainer ----------------------------------------------------------------------------
+def test_the_trainer_logs_three_phases_of_code_weights_and_the_adaptive_clip(tmp_path) -> None:
+    """`grpo train reward=code curriculum=three_phase train.steps=10`, shrunk to seconds on a CPU."""
+    cfg = composed(
+        "reward=code",
+        "curriculum=three_phase",
+        "train.steps=10",
+        "train.prompts_per_step=2",
+        "rollout.num_generations=2",
+        "rollout.max_new_tokens=8",
+        "algo.adaptive_clip.enabled=true",
+        "sandbox.workers=1",
+    )
+    from grpo_cli.training import GRPOTrainer
+
+    trainer = GRPOTrainer(cfg, tmp_path)
+    trainer.setup()
+    history = trainer.train()
+    trainer.cleanup()
+    assert [row["weight/code_compiles"] for row in history] == [0.7] * 2 + [0.3] * 4 + [0.1] * 4
+    assert [row["weight/code_style"] for row in history] == [0.1] * 6 + [0.6] * 4
+    assert {row["weight/code_similarity"] for row in history} == {0.2}  # named by no phase
+    assert [row["clip/epsilon_low"] for row in history[:2]] == [0.15, 0.15]  # base until two batches are seen
+    assert all(0.05 <= row["clip/epsilon_low"] <= 0.3 for row in history)
