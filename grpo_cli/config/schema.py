@@ -18,6 +18,7 @@ NORMALIZATIONS = ("none", "zscore", "sigmoid", "group_zscore")  # reward.functio
 LONG_PROMPT_POLICIES = ("truncate_left", "skip", "error")  # data.on_long_prompt
 CURRICULA = ("constant", "three_phase", "phased")  # curriculum.name
 INTERPOLATIONS = ("step", "linear")  # curriculum.interpolate
+LR_SCALINGS = ("none", "sqrt", "linear")  # optim.lr_scaling
 
 
 @dataclass

@@ -12,7 +12,14 @@ import types
 import typing
 from pathlib import Path
 
-from grpo_cli.config.schema import CURRICULA, INTERPOLATIONS, LONG_PROMPT_POLICIES, NORMALIZATIONS, TrainConfig
+from grpo_cli.config.schema import (
+    CURRICULA,
+    INTERPOLATIONS,
+    LONG_PROMPT_POLICIES,
+    LR_SCALINGS,
+    NORMALIZATIONS,
+    TrainConfig,
+)
 from grpo_cli.errors import GrpoError
 
 CHOICES = {
@@ -27,7 +34,7 @@ CHOICES = {
     "algo.ratio_level": ("token", "sequence"),
     "algo.kl_estimator": ("k1", "k2", "k3"),
     "optim.scheduler": ("constant", "cosine", "linear"),
-    "optim.lr_scaling": ("none", "sqrt", "linear"),
+    "optim.lr_scaling": LR_SCALINGS,
     "rollout.backend": ("hf",),
     "curriculum.name": CURRICULA,
     "curriculum.interpolate": INTERPOLATIONS,

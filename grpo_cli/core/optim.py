@@ -7,11 +7,10 @@ import math
 import torch
 from transformers import get_scheduler
 
-from grpo_cli.config.schema import OptimConfig
+from grpo_cli.config.schema import LR_SCALINGS, OptimConfig
 from grpo_cli.errors import GrpoError
 
 SCHEDULERS = {"constant": "constant_with_warmup", "cosine": "cosine", "linear": "linear"}
-LR_SCALINGS = ("none", "sqrt", "linear")
 
 
 def completions_per_step(prompts_per_step: int, num_generations: int, mini_batches: int) -> float:
