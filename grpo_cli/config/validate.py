@@ -216,10 +216,6 @@ def validate(cfg: TrainConfig) -> list[str]:
         )
     if cfg.guard.reward_cv_threshold <= 0:
         _fail("guard.reward_cv_threshold", cfg.guard.reward_cv_threshold, "must be > 0")
-    if cfg.guard.patience < 1:
-        _fail("guard.patience", cfg.guard.patience, "must be at least 1")
-    if cfg.guard.max_skipped_steps < 1:
-        _fail("guard.max_skipped_steps", cfg.guard.max_skipped_steps, "must be at least 1")
     if cfg.guard.min_abs_mean < 0:
         _fail("guard.min_abs_mean", cfg.guard.min_abs_mean, "must be >= 0")
     positive_ints = {
@@ -229,6 +225,10 @@ def validate(cfg: TrainConfig) -> list[str]:
         "rollout.max_new_tokens": cfg.rollout.max_new_tokens,
         "algo.num_iterations": cfg.algo.num_iterations,
         "algo.mini_batches": cfg.algo.mini_batches,
+        "guard.patience": cfg.guard.patience,
+        "guard.max_skipped_steps": cfg.guard.max_skipped_steps,
+        "sandbox.workers": cfg.sandbox.workers,
+        "reward.max_consecutive_failures": cfg.reward.max_consecutive_failures,
     }
     for key, value in positive_ints.items():
         if value < 1:
@@ -277,10 +277,6 @@ def validate(cfg: TrainConfig) -> list[str]:
         _fail("sandbox.timeout_s", cfg.sandbox.timeout_s, "must be > 0")
     if cfg.sandbox.memory_mb < 32:
         _fail("sandbox.memory_mb", cfg.sandbox.memory_mb, "must be at least 32 (the interpreter alone needs ~10)")
-    if cfg.sandbox.workers < 1:
-        _fail("sandbox.workers", cfg.sandbox.workers, "must be at least 1")
-    if cfg.reward.max_consecutive_failures < 1:
-        _fail("reward.max_consecutive_failures", cfg.reward.max_consecutive_failures, "must be at least 1")
     if cfg.reward.num_workers < 0:
         _fail("reward.num_workers", cfg.reward.num_workers, "must be >= 0 (0 scores in the trainer's process)")
     if not cfg.reward.functions:
