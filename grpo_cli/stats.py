@@ -42,6 +42,15 @@ def nanstd(values: list[float]) -> float:
     return math.sqrt(sum((v - mean) ** 2 for v in kept) / (len(kept) - 1))
 
 
+def column_mean(rows: list[dict], key: str) -> float:
+    """nanmean of `key` over metric rows that hold a number there (a summary over steps).
+
+    >>> column_mean([{"kl": 0.5}, {"kl": None}, {"kl": 1.5}, {}], "kl")
+    1.0
+    """
+    return nanmean([row[key] for row in rows if isinstance(row.get(key), (int, float))])
+
+
 def nan_fraction(values: list[float]) -> float:
     """Share of entries that are NaN (a reward function's failure rate on a batch)."""
     return sum(v is None or math.isnan(v) for v in values) / len(values) if values else 0.0

@@ -49,7 +49,10 @@ def run_score(cfg: ScoreConfig, run_dir: Path | None = None) -> float:
         from grpo_cli.models import load_tokenizer  # transformers only when asked to count
 
         tokenizer = load_tokenizer(cfg.tokenizer)
-        count_tokens = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+
+        def count_tokens(text: str) -> int:
+            return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
     with RewardExecutor(cfg.reward.num_workers, cfg.reward.timeout_s) as executor:
         summary = score_rollouts_file(
             Path(cfg.input),

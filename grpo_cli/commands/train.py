@@ -16,7 +16,7 @@ from rich.console import Console
 from grpo_cli.config import TrainConfig, apply_smoke
 from grpo_cli.core.checkpoint import latest_checkpoint
 from grpo_cli.monitor import CompletionLog, MetricsFile, TrainingConsole, summary_table, write_summary
-from grpo_cli.stats import nanmean
+from grpo_cli.stats import column_mean
 from grpo_cli.training import GRPOTrainer
 from grpo_cli.training.guards import EXIT_PAUSED, TrainingHalted
 
@@ -26,7 +26,7 @@ transformers.utils.logging.disable_progress_bar()  # the rich bar is the one pro
 
 
 def _mean(rows: list[dict], key: str) -> float | None:
-    value = nanmean([r[key] for r in rows if isinstance(r.get(key), (int, float))])
+    value = column_mean(rows, key)
     return None if math.isnan(value) else value
 
 

@@ -17,7 +17,7 @@ from rich.progress import (
 from rich.table import Table
 
 from grpo_cli.monitor.observer import StepResult
-from grpo_cli.stats import nanmean
+from grpo_cli.stats import column_mean
 
 
 class TrainingConsole:
@@ -71,7 +71,7 @@ def summary_table(summary: dict[str, Any], history: list[dict[str, Any]]) -> Tab
     for key in keys:
 
         def mean(rows: list[dict[str, Any]], key: str = key) -> str:
-            value = nanmean([r[key] for r in rows if isinstance(r.get(key), (int, float))])
+            value = column_mean(rows, key)
             return "-" if math.isnan(value) else f"{value:.4f}"
 
         table.add_row(key, mean(first), mean(last))
