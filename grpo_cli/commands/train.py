@@ -42,7 +42,7 @@ def run_train(cfg: TrainConfig, run_dir: Path) -> float:
         apply_smoke(cfg)
     console = Console(stderr=True)
     metrics_file = MetricsFile(run_dir / "metrics.jsonl")
-    progress = TrainingConsole(cfg.train.steps, console, enabled=cfg.monitor.progress)
+    progress = TrainingConsole(cfg.train.steps, console, enabled=cfg.monitor.console == "rich")
     observers = [metrics_file, CompletionLog(run_dir / "completions", cfg.monitor.log_completions_every), progress]
     trainer = GRPOTrainer(cfg, run_dir, observers)
     start = time.perf_counter()

@@ -19,6 +19,8 @@ LONG_PROMPT_POLICIES = ("truncate_left", "skip", "error")  # data.on_long_prompt
 CURRICULA = ("constant", "three_phase", "phased")  # curriculum.name
 INTERPOLATIONS = ("step", "linear")  # curriculum.interpolate
 LR_SCALINGS = ("none", "sqrt", "linear")  # optim.lr_scaling
+CONSOLES = ("auto", "rich", "plain", "quiet")  # monitor.console
+TRACKERS = ("tensorboard", "wandb", "mlflow", "aim")  # monitor.trackers: accelerate tracker names
 
 
 @dataclass
@@ -208,8 +210,13 @@ class GuardConfig:
 @dataclass
 class MonitorConfig:
     log_completions_every: int = 10
-    num_completions_to_print: int = 0
-    progress: bool = True
+    num_completions_to_print: int = 0  # of each logged step's completions, printed on the console
+    console: str = "auto"  # CONSOLES; auto: rich on a terminal, plain otherwise (CI logs)
+    print_every: int = 10  # plain console: one line every N steps (and the first and last)
+    trackers: list[str] = field(default_factory=list)  # TRACKERS, through accelerate's tracking API
+    repetition_alert: float = 0.2  # alert when repetition/rate exceeds its running mean by this (0: off)
+    nan_alert: float = 0.5  # alert when a reward function's NaN share of a batch reaches this (0: off)
+    plots: bool = True  # curves.png and nan_heatmap.png in the run directory at the end
 
 
 @dataclass

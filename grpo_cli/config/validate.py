@@ -16,8 +16,10 @@ from grpo_cli.config.schema import (
     CURRICULA,
     INTERPOLATIONS,
     LONG_PROMPT_POLICIES,
+    CONSOLES,
     LR_SCALINGS,
     NORMALIZATIONS,
+    TRACKERS,
     TrainConfig,
 )
 from grpo_cli.errors import GrpoError
@@ -40,6 +42,7 @@ CHOICES = {
     "curriculum.interpolate": INTERPOLATIONS,
     "reward.aggregation": ("weighted_mean", "normalize_then_sum"),
     "sandbox.backend": ("auto", "bwrap", "unshare", "process"),
+    "monitor.console": CONSOLES,
 }
 
 
@@ -229,6 +232,7 @@ def validate(cfg: TrainConfig) -> list[str]:
         "guard.max_skipped_steps": cfg.guard.max_skipped_steps,
         "sandbox.workers": cfg.sandbox.workers,
         "reward.max_consecutive_failures": cfg.reward.max_consecutive_failures,
+        "monitor.print_every": cfg.monitor.print_every,
     }
     for key, value in positive_ints.items():
         if value < 1:
@@ -273,6 +277,14 @@ def validate(cfg: TrainConfig) -> list[str]:
             cfg.algo.mini_batches,
             "cannot exceed train.prompts_per_step (mini-batches hold whole groups)",
         )
+    for i, tracker in enumerate(cfg.monitor.trackers):
+        _check_choice(f"monitor.trackers[{i}]", tracker, TRACKERS)
+    for key in ("repetition_alert", "nan_alert"):
+        if not 0 <= getattr(cfg.monitor, key) <= 1:
+            _fail(f"monitor.{key}", getattr(cfg.monitor, key), "must be in [0, 1] (0: off)")
+    for key in ("log_completions_every", "num_completions_to_print"):
+        if getattr(cfg.monitor, key) < 0:
+            _fail(f"monitor.{key}", getattr(cfg.monitor, key), "must be >= 0 (0: never)")
     if cfg.sandbox.timeout_s <= 0:
         _fail("sandbox.timeout_s", cfg.sandbox.timeout_s, "must be > 0")
     if cfg.sandbox.memory_mb < 32:

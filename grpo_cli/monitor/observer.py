@@ -12,6 +12,8 @@ class StepResult:
     metrics: dict[str, Any]  # scalars (and a few strings, e.g. the sandbox backend): one metrics.jsonl line
     samples: list[dict[str, Any]] = field(default_factory=list)  # prompt, completion, rewards, advantage
     alerts: list[str] = field(default_factory=list)  # events a user must see (a reward function masked)
+    rewards: dict[str, list[float]] = field(default_factory=dict)  # each function's raw reward per completion
+    fused: list[float] = field(default_factory=list)  # the fused reward per completion (NaN: unscorable)
 
 
 class Observer(Protocol):

@@ -183,7 +183,7 @@ class GRPOTrainer:
         metrics.update(self.guard.metrics(fusion.fused))
         samples = step_samples(examples, rollout, fusion, advantages.tolist(), 2 * g)
         alerts = [*fusion.alerts, *(f"guard ({v.action}): {v.reason}" for v in verdicts)]
-        return StepResult(self.step_index, metrics, samples, alerts)
+        return StepResult(self.step_index, metrics, samples, alerts, fusion.per_function, fusion.fused)
 
     @torch.no_grad()
     def evaluate(self, limit: int = EVAL_PROMPTS) -> dict[str, float]:

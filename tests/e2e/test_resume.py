@@ -17,7 +17,7 @@ ARGS = [
     "rollout.num_generations=4",
     "algo.beta=0.04",
     "train.save_every=50",
-    "monitor.progress=false",
+    "monitor.console=quiet",
 ]
 
 

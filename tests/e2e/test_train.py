@@ -29,7 +29,7 @@ REQUIRED_METRICS = {
 def test_default_run_learns(tmp_path):
     """`grpo train` with no arguments: the reward of the last 10 steps clearly beats the first 10."""
     run_dir = tmp_path / "run"
-    result = run_grpo("train", f"hydra.run.dir={run_dir}", "monitor.progress=false")
+    result = run_grpo("train", f"hydra.run.dir={run_dir}", "monitor.console=quiet")
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 300

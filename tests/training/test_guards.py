@@ -84,7 +84,7 @@ def test_repeated_non_finite_steps_stop_with_the_last_good_weights(tmp_path: Pat
 
 def test_pause_exits_75_with_the_resume_command_and_the_resume_continues(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    args = ["train.steps=4", "train.prompts_per_step=4", "rollout.num_generations=4", "monitor.progress=false"]
+    args = ["train.steps=4", "train.prompts_per_step=4", "rollout.num_generations=4", "monitor.console=quiet"]
     guard = ["guard.action=pause", "guard.reward_cv_threshold=0.01", "guard.patience=2"]
     paused = run_grpo("train", *args, *guard, f"hydra.run.dir={run_dir}")
     assert paused.returncode == EXIT_PAUSED, paused.stderr[-3000:]
@@ -94,7 +94,7 @@ def test_pause_exits_75_with_the_resume_command_and_the_resume_continues(tmp_pat
     # The resume (here in-process: the CLI part is above) may change guard settings: not the maths.
     cfg = TrainConfig()
     cfg.train.steps, cfg.train.prompts_per_step, cfg.rollout.num_generations = 4, 4, 4
-    cfg.monitor.progress, cfg.guard.reward_cv_threshold, cfg.guard.patience = False, 0.01, 2
+    cfg.guard.reward_cv_threshold, cfg.guard.patience = 0.01, 2
     trainer = GRPOTrainer(cfg, run_dir, [MetricsFile(run_dir / "metrics.jsonl")])
     trainer.setup()
     assert trainer.step_index == 2
