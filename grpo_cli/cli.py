@@ -32,6 +32,9 @@ def main(argv: list[str] | None = None) -> None:
         hint = f"; did you mean {close[0]}?" if close else ""
         print(f"grpo: unknown subcommand '{name}'{hint}\n{USAGE}", file=sys.stderr)
         sys.exit(2)
+    if BY_NAME[name].schema is None:  # a plain argparse command: no Hydra, no overrides to check
+        BY_NAME[name].load()(rest)
+        return
     from grpo_cli.commands.entry import hydra_entry_point
     from grpo_cli.commands.errors import report_user_errors
     from grpo_cli.commands.overrides import check_overrides

@@ -16,15 +16,15 @@ from grpo_cli.config.schema import ScoreConfig, TrainConfig
 @dataclass(frozen=True)
 class Subcommand:
     name: str  # `grpo NAME`; also the primary config conf/NAME.yaml and the schema NAME_schema
-    schema: type  # the dataclass its config composes onto
+    schema: type | None  # the dataclass its config composes onto; None: a plain argparse command, no Hydra
     help: str  # one line in `grpo --help`
-    run: str  # "module:function" taking (config object, run directory) and returning the objective
+    run: str  # "module:function": (config object, run directory) -> objective; without a schema, (argv) -> None
 
     @property
     def schema_name(self) -> str:
         return f"{self.name}_schema"
 
-    def load(self) -> Callable[[Any, Path], float]:
+    def load(self) -> Callable[[Any, Path], float] | Callable[[list[str]], None]:
         """Imported only when this subcommand runs: `grpo --help` must not pay for torch."""
         module, function = self.run.split(":")
         return getattr(importlib.import_module(module), function)
@@ -39,6 +39,12 @@ SUBCOMMANDS = (
         ScoreConfig,
         "score a rollouts jsonl: per-function rewards, fused reward, advantages",
         "grpo_cli.commands.score:run_score",
+    ),
+    Subcommand(
+        "plot",
+        None,
+        "draw a run's curves and NaN heatmap, or overlay several runs / a multirun",
+        "grpo_cli.commands.plot:main",
     ),
 )
 BY_NAME = {sub.name: sub for sub in SUBCOMMANDS}

@@ -19,7 +19,8 @@ def register_schemas() -> None:
     """Each subcommand's schema in Hydra's ConfigStore as NAME_schema: the base conf/NAME.yaml
     composes onto (its first `defaults:` entry)."""
     for sub in SUBCOMMANDS:
-        ConfigStore.instance().store(name=sub.schema_name, node=sub.schema)
+        if sub.schema is not None:  # plain argparse commands compose no config
+            ConfigStore.instance().store(name=sub.schema_name, node=sub.schema)
 
 
 def hydra_entry_point(sub: Subcommand) -> Callable[[], float]:

@@ -9,6 +9,7 @@ from typing import TypeVar
 
 from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
+from rich.markup import escape
 
 from grpo_cli.errors import GrpoError
 
@@ -24,5 +25,6 @@ def report_user_errors(run: Callable[[], T]) -> T:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         # soft_wrap: a FILE:LINE in the message must stay one copyable token in CI logs.
-        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {err}", highlight=False, markup=True)
+        # The message is not markup: `monitor.trackers=[wandb]` must print its brackets.
+        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(str(err))}", highlight=False)
         sys.exit(EXIT_USER_ERROR)

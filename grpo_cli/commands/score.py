@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from grpo_cli.config.schema import ScoreConfig
@@ -68,7 +69,7 @@ def run_score(cfg: ScoreConfig, run_dir: Path | None = None) -> float:
     summary_path.write_text(json.dumps(summary, indent=2) + "\n")
     console = Console(stderr=True)
     for alert in summary["alerts"]:
-        console.print(f"[bold yellow]alert:[/] {alert}", highlight=False)
+        console.print(f"[bold yellow]alert:[/] {escape(alert)}", highlight=False)
     console.print(summary_table(summary))
     for key, value in diagnostics.items():
         console.print(f"{key.replace('_', ' ')}: {value}", highlight=False)

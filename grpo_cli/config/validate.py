@@ -13,10 +13,10 @@ import typing
 from pathlib import Path
 
 from grpo_cli.config.schema import (
+    CONSOLES,
     CURRICULA,
     INTERPOLATIONS,
     LONG_PROMPT_POLICIES,
-    CONSOLES,
     LR_SCALINGS,
     NORMALIZATIONS,
     TRACKERS,

@@ -20,20 +20,30 @@ class _TokenLogprobs(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, logits: torch.Tensor, ids: torch.Tensor, temperature: float, chunk_rows: int) -> torch.Tensor:
+    def forward(
+        ctx, logits: torch.Tensor, ids: torch.Tensor, temperature: float, chunk_rows: int, with_entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         out = torch.empty(logits.size(0), dtype=torch.float32, device=logits.device)
         lse = torch.empty_like(out)
+        # H = logsumexp(s) - sum_j p_j s_j: one more pass over the chunk already in fp32 (monitoring)
+        entropy = torch.empty_like(out) if with_entropy else out.new_empty(0)
         for start in range(0, logits.size(0), chunk_rows):
             rows = slice(start, start + chunk_rows)
             scaled = logits[rows].float() / temperature
             lse[rows] = torch.logsumexp(scaled, dim=-1)
             out[rows] = scaled.gather(1, ids[rows].unsqueeze(1)).squeeze(1) - lse[rows]
+            if with_entropy:
+                p = (scaled - lse[rows].unsqueeze(1)).exp_()
+                entropy[rows] = lse[rows] - (p * scaled).sum(-1)
         ctx.save_for_backward(logits, ids, lse)
         ctx.temperature, ctx.chunk_rows = temperature, chunk_rows
-        return out
+        ctx.mark_non_differentiable(entropy)
+        return out, entropy
 
     @staticmethod
-    def backward(ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, None, None, None]:
+    def backward(
+        ctx, grad_out: torch.Tensor, _grad_entropy: torch.Tensor
+    ) -> tuple[torch.Tensor | None, None, None, None, None]:
         logits, ids, lse = ctx.saved_tensors
         temperature, chunk_rows = ctx.temperature, ctx.chunk_rows
         grad = torch.empty_like(logits)
@@ -43,7 +53,7 @@ class _TokenLogprobs(torch.autograd.Function):
             minus_p = (logits[rows].float() / temperature).sub_(lse[rows].unsqueeze(1)).exp_().neg_()
             minus_p.scatter_add_(1, ids[rows].unsqueeze(1), torch.ones_like(lse[rows]).unsqueeze(1))
             grad[rows] = minus_p.mul_((grad_out[rows] / temperature).unsqueeze(1))
-        return grad, None, None, None
+        return grad, None, None, None, None
 
 
 def token_logprobs(
@@ -60,11 +70,31 @@ def token_logprobs(
     ...                (logits / 0.7).log_softmax(-1).gather(1, ids[:, None]).squeeze(1))
     True
     """
+    return token_logprobs_and_entropy(logits, ids, temperature, chunk_rows, with_entropy=False)[0]
+
+
+def token_logprobs_and_entropy(
+    logits: torch.Tensor,
+    ids: torch.Tensor,
+    temperature: float = 1.0,
+    chunk_rows: int | None = None,
+    with_entropy: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`token_logprobs` plus the entropy of each row's distribution softmax(logits / T), in nats
+    and without gradient: the policy's uncertainty where it sampled, from logits already computed.
+
+    >>> logits = torch.log(torch.tensor([[0.5, 0.25, 0.25], [1.0, 1e-9, 1e-9]]))
+    >>> _, h = token_logprobs_and_entropy(logits, torch.tensor([0, 0]))
+    >>> [round(v, 4) for v in h.tolist()]  # 1.5 bits = 1.0397 nats; a near-certain token: 0
+    [1.0397, 0.0]
+    """
     vocab = logits.size(-1)
     if chunk_rows is None:
         chunk_rows = max(1, CHUNK_ELEMENTS // vocab)
-    flat = _TokenLogprobs.apply(logits.reshape(-1, vocab), ids.reshape(-1), float(temperature), chunk_rows)
-    return flat.view(ids.shape)
+    flat, entropy = _TokenLogprobs.apply(
+        logits.reshape(-1, vocab), ids.reshape(-1), float(temperature), chunk_rows, with_entropy
+    )
+    return flat.view(ids.shape), entropy.view(ids.shape) if with_entropy else entropy
 
 
 def completion_logprobs(
@@ -75,7 +105,22 @@ def completion_logprobs(
     completion_mask: torch.Tensor,
     temperature: float = 1.0,
 ) -> torch.Tensor:
-    """log pi(y_t | x, y_<t) for every completion token, [B, C], in float32.
+    """log pi(y_t | x, y_<t) for every completion token, [B, C], in float32."""
+    return completion_logprobs_and_entropy(
+        model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature, with_entropy=False
+    )[0]
+
+
+def completion_logprobs_and_entropy(
+    model: PreTrainedModel,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    temperature: float = 1.0,
+    with_entropy: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs [B, C] in float32 and, with `with_entropy`, each position's entropy [B, C].
 
     Logits are divided by the sampling temperature so the ratio compares the distribution the
     tokens were actually drawn from (as TRL does). Position ids follow the attention mask so
@@ -96,4 +141,5 @@ def completion_logprobs(
     # Score a dummy token at the last position and drop it, rather than slicing the logits to
     # [:, :-1], which would make them non-contiguous and cost a [B, C, V] copy to flatten.
     ids = F.pad(completion_ids, (0, 1))
-    return token_logprobs(logits, ids, temperature)[:, :-1]
+    logps, entropy = token_logprobs_and_entropy(logits, ids, temperature, with_entropy=with_entropy)
+    return logps[:, :-1], entropy[:, :-1] if with_entropy else entropy

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from grpo_cli.config.schema import AlgoConfig
-from grpo_cli.core.logprobs import completion_logprobs
+from grpo_cli.core.logprobs import completion_logprobs_and_entropy
 from grpo_cli.core.loss import LossNormalizer, aggregate_loss, clipped_surrogate, importance_ratio, kl_penalty
 from grpo_cli.rollout.base import Rollout
 
@@ -38,10 +38,12 @@ class UpdateStats:
     grad_norm: float  # mean over applied steps, before clipping; NaN when none was applied
     optimizer_steps: int  # applied steps (what the scheduler counted)
     skipped_updates: int  # non-finite loss or gradient: weights and optimizer state left alone
+    entropy: float  # mean entropy (nats) over the completions' tokens, under the policy that sampled them
 
     def metrics(self) -> dict[str, float | int | None]:
         return {
             "loss": self.loss,
+            "entropy": self.entropy,
             "kl": self.kl,
             "clip_frac": self.clip_frac_low + self.clip_frac_high,
             "clip_frac/low": self.clip_frac_low,
@@ -72,24 +74,48 @@ def plan_mini_batches(
     ]
 
 
+@dataclass
+class EntropySum:
+    """Token entropies summed over the completion mask, measured on the pass that sees every row
+    under the sampling policy: the behaviour pass when there is one, else the single update pass."""
+
+    total: float = 0.0
+    tokens: float = 0.0
+
+    def add(self, entropies: torch.Tensor, mask: torch.Tensor) -> None:
+        self.total += (entropies * mask).sum().item()
+        self.tokens += mask.sum().item()
+
+    def mean(self) -> float:
+        return self.total / self.tokens if self.tokens else math.nan
+
+
 @torch.no_grad()
 def _logprobs_no_grad(
-    model: torch.nn.Module, rollout: Rollout, micro: int, temperature: float, autocast: AutocastFactory
+    model: torch.nn.Module,
+    rollout: Rollout,
+    micro: int,
+    temperature: float,
+    autocast: AutocastFactory,
+    entropy: EntropySum | None = None,
 ) -> torch.Tensor:
     chunks = []
     for idx in torch.arange(rollout.completion_ids.size(0), device=rollout.completion_ids.device).split(micro):
         with autocast():
-            chunks.append(
-                completion_logprobs(
-                    model,
-                    rollout.prompt_ids[idx],
-                    rollout.prompt_mask[idx],
-                    rollout.completion_ids[idx],
-                    rollout.completion_mask[idx],
-                    temperature,
-                )
+            logps, entropies = completion_logprobs_and_entropy(
+                model,
+                rollout.prompt_ids[idx],
+                rollout.prompt_mask[idx],
+                rollout.completion_ids[idx],
+                rollout.completion_mask[idx],
+                temperature,
+                with_entropy=entropy is not None,
             )
+        if entropy is not None:
+            entropy.add(entropies, rollout.completion_mask[idx])
+        chunks.append(logps)
     return torch.cat(chunks)
+
 
 
 def policy_update(
@@ -124,7 +150,10 @@ def policy_update(
     # Stored behaviour log-probs only when the policy moves before the last update; with a
     # single update old = stop_gradient(lp), which costs no extra forward pass.
     reuse_old = algo.num_iterations > 1 or algo.mini_batches > 1
-    old_logps = _logprobs_no_grad(model, rollout, micro_size, settings.temperature, autocast) if reuse_old else None
+    entropy = EntropySum()
+    old_logps = (
+        _logprobs_no_grad(model, rollout, micro_size, settings.temperature, autocast, entropy) if reuse_old else None
+    )
     ref_logps = (
         _logprobs_no_grad(reference, rollout, micro_size, settings.temperature, autocast)
         if reference is not None
@@ -149,14 +178,17 @@ def policy_update(
             step_loss = 0.0
             for micro in micro_batches:
                 with autocast():
-                    logps = completion_logprobs(
+                    logps, entropies = completion_logprobs_and_entropy(
                         model,
                         rollout.prompt_ids[micro],
                         rollout.prompt_mask[micro],
                         rollout.completion_ids[micro],
                         rollout.completion_mask[micro],
                         settings.temperature,
+                        with_entropy=not reuse_old,  # one update: this pass sees every row, unmoved
                     )
+                if not reuse_old:
+                    entropy.add(entropies, rollout.completion_mask[micro])
                 old = old_logps[micro] if old_logps is not None else logps.detach()
                 mask = loss_mask[micro]
                 ratio = importance_ratio(logps, old, mask, algo.ratio_level)
@@ -199,4 +231,5 @@ def policy_update(
         grad_norm=sum(norms) / len(norms) if norms else math.nan,
         optimizer_steps=steps,
         skipped_updates=skipped,
+        entropy=entropy.mean(),
     )

@@ -3,7 +3,7 @@ completion logs) and the summary."""
 
 from grpo_cli.monitor.console import TrainingConsole, summary_table
 from grpo_cli.monitor.files import CompletionLog, MetricsFile, truncate_metrics, write_summary
-from grpo_cli.monitor.observer import Observer, StepResult
+from grpo_cli.monitor.observer import Observer, StepResult, reward_function_names
 
 __all__ = [
     "CompletionLog",
@@ -11,6 +11,7 @@ __all__ = [
     "Observer",
     "StepResult",
     "TrainingConsole",
+    "reward_function_names",
     "summary_table",
     "truncate_metrics",
     "write_summary",

@@ -1,63 +1,160 @@
-"""The rich console: a progress bar with the live reward, and a table at the end."""
+"""What `grpo train` prints while it runs (`monitor.console`) and the table at the end.
+
+`rich`: a live panel (progress bar, the last step's key figures, the latest alerts) for a
+terminal. `plain`: one line every `print_every` steps, no cursor movement or colour codes, for CI
+logs and files. `quiet`: alerts only. `auto` picks rich on a terminal and plain otherwise.
+Alerts (a reward function masked or failing, a guard, a repetition jump) are printed in every mode.
+"""
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Any
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rich.console import Console, Group
+from rich.live import Live
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
-from grpo_cli.monitor.observer import StepResult
+from grpo_cli.monitor.observer import StepResult, reward_function_names
 from grpo_cli.stats import column_mean
+
+ALERTS_SHOWN = 5  # the live panel keeps the latest alerts in view; all are also printed above it
+
+
+def console_mode(setting: str, console: Console) -> str:
+    """`auto` -> rich on a terminal, plain otherwise: a progress bar's escape codes garble CI logs."""
+    if setting == "auto":
+        return "rich" if console.is_terminal else "plain"
+    return setting
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}" if abs(value) >= 10 ** -digits or value == 0 else f"{value:.1e}"
+    return str(value)
+
+
+def key_figures(metrics: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label, value) pairs of one step, in reading order: what the panel and the plain line show."""
+    figures = [("reward", _fmt(metrics.get("reward/mean")))]
+    figures += [(name, _fmt(metrics.get(f"reward/{name}/mean"))) for name in reward_function_names(metrics)]
+    figures += [
+        ("kl", _fmt(metrics.get("kl"), 4)),
+        ("entropy", _fmt(metrics.get("entropy"), 2)),
+        ("clip", _fmt(metrics.get("clip_frac"))),
+        ("eps", f"{_fmt(metrics.get('clip/epsilon_low'))}/{_fmt(metrics.get('clip/epsilon_high'))}"),
+        ("len", _fmt(metrics.get("completion_len/mean"), 1)),
+        ("distinct2", _fmt(metrics.get("diversity/distinct2_group"), 2)),
+        ("rep", _fmt(metrics.get("repetition/rate"), 2)),
+        ("tok/s", _fmt(metrics.get("throughput/tokens_per_s"), 0)),
+        ("mem MiB", _fmt(metrics.get("memory/peak_mib"), 0)),
+    ]
+    if "eval/reward/mean" in metrics:
+        figures.append(("eval", _fmt(metrics["eval/reward/mean"])))
+    return figures
 
 
 class TrainingConsole:
-    """A context manager and an observer: the bar lives from the first step to the end."""
+    """A context manager and an observer: the live panel lives from the first step to the end."""
 
-    def __init__(self, total_steps: int, console: Console | None = None, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        total_steps: int,
+        mode: str,
+        console: Console | None = None,
+        print_every: int = 10,
+        completions_every: int = 0,
+        completions_to_print: int = 0,
+    ) -> None:
         self.console = console or Console(stderr=True)
+        self.mode = console_mode(mode, self.console)
         self.total_steps = total_steps
+        self.print_every = print_every
+        self.completions_every = completions_every
+        self.completions_to_print = completions_to_print
+        self.alerts: deque[tuple[int, str]] = deque(maxlen=ALERTS_SHOWN)
+        self.last: StepResult | None = None
         self.progress = Progress(
             TextColumn("[bold]train"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("reward {task.fields[reward]}"),
-            TextColumn("kl {task.fields[kl]}"),
             TimeElapsedColumn(),
             TimeRemainingColumn(),
             console=self.console,
-            disable=not enabled,
         )
-        self.task = None
+        self.task = self.progress.add_task("train", total=total_steps)
+        self.live = Live(self._render(), console=self.console, refresh_per_second=4) if self.mode == "rich" else None
 
     def __enter__(self) -> TrainingConsole:
-        self.progress.start()
-        self.task = self.progress.add_task("train", total=self.total_steps, reward="-", kl="-")
+        if self.live is not None:
+            self.live.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.progress.stop()
+        if self.live is not None:
+            self.live.stop()
 
     def on_step(self, result: StepResult) -> None:
-        for alert in result.alerts:  # printed above the bar, even with progress disabled
-            self.console.print(f"[bold yellow]alert (step {result.step}):[/] {alert}", highlight=False)
-        metrics = result.metrics
-        kl = metrics.get("kl")
-        self.progress.update(
-            self.task,
-            completed=result.step,
-            reward=f"{metrics['reward/mean']:.3f}",
-            kl="-" if kl is None else f"{kl:.4f}",
-        )
+        for alert in result.alerts:  # printed above the panel (or the lines), in every mode
+            shown = f"[bold yellow]alert (step {result.step}):[/] {escape(alert)}"
+            self.console.print(shown, highlight=False, soft_wrap=True)
+            self.alerts.append((result.step, alert))
+        self._print_completions(result)
+        self.last = result
+        if self.mode == "rich":
+            self.progress.update(self.task, completed=result.step)
+            self.live.update(self._render())
+        elif self.mode == "plain" and (
+            result.step == 1 or result.step % self.print_every == 0 or result.step == self.total_steps
+        ):
+            figures = " ".join(f"{label} {value}" for label, value in key_figures(result.metrics))
+            seconds = _fmt(result.metrics.get("time/step_s"), 2)
+            line = f"step {result.step}/{self.total_steps} {figures} ({seconds}s)"
+            self.console.print(line, highlight=False, soft_wrap=True)  # one line per step, however wide
+
+    def _print_completions(self, result: StepResult) -> None:
+        if self.mode == "quiet" or not self.completions_to_print or not self.completions_every:
+            return
+        if result.step % self.completions_every:
+            return
+        for sample in result.samples[: self.completions_to_print]:
+            rewards = " ".join(f"{name} {_fmt(value, 2)}" for name, value in sample["rewards"].items())
+            self.console.print(
+                Text.assemble(
+                    (f"step {result.step} ", "dim"),
+                    (repr(sample["prompt"][-60:]), "cyan"),
+                    " -> ",
+                    (repr(sample["completion"][:200]), "green"),
+                    f"  reward {_fmt(sample['reward'], 2)} ({rewards}) advantage {_fmt(sample['advantage'], 2)}",
+                ),
+                soft_wrap=True,
+            )
+
+    def _render(self) -> Group:
+        table = Table.grid(padding=(0, 2))
+        if self.last is not None:
+            figures = key_figures(self.last.metrics)
+            for row in range(0, len(figures), 6):  # six figures a row: fits 100 columns
+                cells = figures[row : row + 6]
+                table.add_row(*(Text.assemble((f"{label} ", "dim"), (value, "bold")) for label, value in cells))
+            masked = self.last.metrics.get("reward/masked_functions") or 0
+            metrics = self.last.metrics
+            failing = [
+                f"{name} {metrics[f'reward/{name}/nan_frac']:.0%}"
+                for name in reward_function_names(metrics)
+                if metrics.get(f"reward/{name}/nan_frac")
+            ]
+            if failing or masked:
+                style = "bold red" if masked else "yellow"
+                table.add_row(Text(f"NaN: {', '.join(failing) or '-'}; masked functions: {masked}", style=style))
+        alerts = [Text(f"step {step}: {alert}", style="bold yellow") for step, alert in self.alerts]
+        return Group(self.progress, table, *alerts)
 
 
 def summary_table(summary: dict[str, Any], history: list[dict[str, Any]]) -> Table:
@@ -67,7 +164,7 @@ def summary_table(summary: dict[str, Any], history: list[dict[str, Any]]) -> Tab
     table.add_column("last 10 steps", justify="right")
     first, last = history[:10], history[-10:]
     keys = [k for k in history[0] if k.startswith("reward/") and k.endswith("mean")] if history else []
-    keys += ["completion_len/mean", "frac_zero_std_groups", "kl", "clip_frac"]
+    keys += ["completion_len/mean", "frac_zero_std_groups", "kl", "clip_frac", "entropy", "diversity/distinct2_group"]
     for key in keys:
 
         def mean(rows: list[dict[str, Any]], key: str = key) -> str:

@@ -21,3 +21,13 @@ class Observer(Protocol):
     never changes training; the step counts as finished only once every observer has run."""
 
     def on_step(self, result: StepResult) -> None: ...
+
+
+def reward_function_names(row: dict[str, Any]) -> list[str]:
+    """The reward functions of a metrics row, in their configured order: each has `reward/<fn>/mean`.
+
+    >>> reward_function_names({"reward/mean": 0.5, "reward/fmt/mean": 1.0, "eval/reward/fmt/mean": 1.0})
+    ['fmt']
+    """
+    parts = [key.split("/") for key in row]
+    return [p[1] for p in parts if len(p) == 3 and p[0] == "reward" and p[2] == "mean"]

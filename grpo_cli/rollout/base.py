@@ -24,6 +24,11 @@ class Rollout:
     def lengths(self) -> torch.Tensor:
         return self.completion_mask.sum(-1)
 
+    def token_lists(self) -> list[list[int]]:
+        """Each completion's token ids without padding (EOS kept): what diversity is measured on."""
+        ids, lengths = self.completion_ids.tolist(), self.lengths.tolist()
+        return [row[:n] for row, n in zip(ids, lengths)]
+
 
 class Generator(Protocol):
     def generate(

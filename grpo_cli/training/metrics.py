@@ -6,6 +6,7 @@ from typing import Any
 
 from grpo_cli.core.advantages import AdvantageStats
 from grpo_cli.core.update import UpdateStats
+from grpo_cli.monitor.diversity import diversity_metrics, repetition_rate
 from grpo_cli.rewards import FusionResult
 from grpo_cli.rollout import Rollout
 from grpo_cli.stats import nan_fraction, nanmean, nanstd
@@ -20,14 +21,18 @@ def step_metrics(
     lr: float,
     timings: dict[str, float],
     diagnostics: dict[str, Any],
+    peak_memory_mib: float,
 ) -> dict[str, Any]:
     lengths = rollout.lengths.float()
+    seqs = rollout.token_lists()
     return {
         "step": step,
         "reward/mean": nanmean(fusion.fused),
         "reward/std": nanstd(fusion.fused),
         **{f"reward/{name}/mean": nanmean(values) for name, values in fusion.per_function.items()},
         **{f"reward/{name}/nan_frac": nan_fraction(values) for name, values in fusion.per_function.items()},
+        # which completions each function could not score (row = prompt·G + k), for tracing a failure
+        **{f"reward/{name}/nan_indices": indices for name, indices in fusion.nan_indices.items()},
         **{f"weight/{name}": weight for name, weight in fusion.effective_weights.items()},
         **{f"weight_effect/{name}": share for name, share in fusion.weight_effect.items()},
         "reward/masked_functions": len(fusion.masked),
@@ -38,8 +43,14 @@ def step_metrics(
         "frac_truncated": rollout.truncated.float().mean().item(),
         "frac_zero_std_groups": adv_stats.frac_zero_std_groups,
         "frac_unscorable": len(adv_stats.unscorable_indices) / len(fusion.fused),
+        **diversity_metrics(seqs, rollout.group_size),
+        "repetition/rate": repetition_rate(seqs),
         "lr": lr,
         **{f"time/{name}_s": seconds for name, seconds in timings.items()},
+        # generation alone for tokens; the whole step (score and update included) for completions
+        "throughput/tokens_per_s": lengths.sum().item() / timings["generate"],
+        "throughput/completions_per_s": len(seqs) / timings["step"],
+        "memory/peak_mib": peak_memory_mib,
     }
 
 
@@ -57,4 +68,17 @@ def step_samples(
             "advantage": advantages[i],
         }
         for i in range(min(len(fusion.fused), limit))
+    ]
+
+
+def nan_rate_alerts(fusion: FusionResult, threshold: float) -> list[str]:
+    """A reward function that fails on much of a batch, before failure isolation masks it (a masked
+    function scores nothing by design and has had its own alert)."""
+    if threshold <= 0:
+        return []
+    return [
+        f"reward {name} returned NaN for {share:.0%} of the batch (monitor.nan_alert={threshold:g}); "
+        f"first error: {fusion.errors.get(name) or 'none raised (the function returned None/NaN)'}"
+        for name, values in fusion.per_function.items()
+        if name not in fusion.masked and (share := nan_fraction(values)) >= threshold
     ]

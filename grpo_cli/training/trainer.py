@@ -32,6 +32,8 @@ from grpo_cli.data import PromptSampler, load_examples, split_examples
 from grpo_cli.errors import GrpoError
 from grpo_cli.models import frozen_reference, load_policy, pick_device
 from grpo_cli.monitor import Observer, StepResult, truncate_metrics
+from grpo_cli.monitor.diversity import RepetitionAlert
+from grpo_cli.monitor.resources import peak_memory_mib
 from grpo_cli.rewards import RewardExecutor, RewardFusion, check_columns, resolve_reward_sources, reward_diagnostics
 from grpo_cli.rollout import HFGenerator
 from grpo_cli.rollout.prompts import PromptEncoder, context_length, fit_prompts
@@ -39,7 +41,7 @@ from grpo_cli.stats import nanmean
 from grpo_cli.training.curriculum import RewardCurriculum
 from grpo_cli.training.guards import GuardVerdict, StabilityGuard, TrainingHalted
 from grpo_cli.training.interrupt import DeferredInterrupt
-from grpo_cli.training.metrics import step_metrics, step_samples
+from grpo_cli.training.metrics import nan_rate_alerts, step_metrics, step_samples
 from grpo_cli.training.pipeline import evaluate_greedy, generate_groups, score_rollout
 from grpo_cli.training.resume import check_resume
 from grpo_cli.training.state import RngState, TrainState, seed_everything
@@ -118,6 +120,7 @@ class GRPOTrainer:
         self.autocast = autocast_factory(self.device, precision)
         self.scaler = gradient_scaler(precision, self.device)
         self.guard = StabilityGuard(cfg.guard)
+        self.repetition = RepetitionAlert(cfg.monitor.repetition_alert)
         self.halt: GuardVerdict | None = None  # a guard's pause or stop, carried out once the step is saved
         self.update_settings = UpdateSettings(
             cfg.rollout.temperature, cfg.rollout.max_new_tokens, cfg.train.grad_accum_steps, cfg.optim.max_grad_norm
@@ -127,6 +130,7 @@ class GRPOTrainer:
         self.state.register("fusion", self.reward_fusion)
         self.state.register("guard", self.guard)
         self.state.register("clip", self.clip)
+        self.state.register("repetition", self.repetition)
         if self.resumed_from is not None:
             self._restore(self.resumed_from)
         else:  # a fresh start in a used run directory must not append to an older run's lines
@@ -177,12 +181,23 @@ class GRPOTrainer:
         self.step_index += 1
         timings = {"generate": t_gen - t0, "score": t_score - t_gen, "train": t_train - t_score, "step": t_train - t0}
         metrics = step_metrics(
-            self.step_index, fusion, adv_stats, update, rollout, lr, timings, self.reward_diagnostics
+            self.step_index,
+            fusion,
+            adv_stats,
+            update,
+            rollout,
+            lr,
+            timings,
+            self.reward_diagnostics,
+            peak_memory_mib(self.device),
         )
         metrics.update({"clip/epsilon_low": epsilons[0], "clip/epsilon_high": epsilons[1]})
         metrics.update(self.guard.metrics(fusion.fused))
         samples = step_samples(examples, rollout, fusion, advantages.tolist(), 2 * g)
         alerts = [*fusion.alerts, *(f"guard ({v.action}): {v.reason}" for v in verdicts)]
+        alerts += nan_rate_alerts(fusion, cfg.monitor.nan_alert)
+        if repetition := self.repetition.observe(metrics["repetition/rate"]):
+            alerts.append(repetition)
         return StepResult(self.step_index, metrics, samples, alerts, fusion.per_function, fusion.fused)
 
     @torch.no_grad()

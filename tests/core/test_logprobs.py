@@ -7,11 +7,13 @@ run alone and unpadded through the model with `log_softmax(logits / T)`.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from grpo_cli.core.logprobs import completion_logprobs, token_logprobs
+from grpo_cli.core.logprobs import completion_logprobs, token_logprobs, token_logprobs_and_entropy
 
 T = 0.7
 PROMPT_LENGTHS = [5, 2, 4, 1]
@@ -97,3 +99,14 @@ def test_chunked_helper_matches_log_softmax_and_gather(dtype: torch.dtype) -> No
     torch.testing.assert_close(ours, reference, atol=1e-6, rtol=1e-6)  # log-probs near -20
     assert ours_grad.dtype == dtype
     torch.testing.assert_close(ours_grad, logits.grad, atol=1e-6, rtol=0)
+
+
+def test_entropy_of_known_distributions():
+    """Uniform over V: ln V. (1/2, 1/4, 1/4): 1.5 bits. Temperature 2 flattens towards uniform."""
+    logits = torch.stack([torch.zeros(8), torch.log(torch.tensor([0.5, 0.25, 0.25] + [1e-12] * 5))])
+    logps, entropy = token_logprobs_and_entropy(logits, torch.tensor([3, 0]), chunk_rows=1)
+    assert entropy.tolist() == pytest.approx([math.log(8), 1.5 * math.log(2)], abs=1e-5)
+    assert logps.tolist() == pytest.approx([-math.log(8), math.log(0.5)], abs=1e-5)
+    _, hot = token_logprobs_and_entropy(logits[1:], torch.tensor([0]), temperature=2.0)
+    p = torch.softmax(logits[1] / 2.0, -1)
+    assert hot.item() == pytest.approx(-(p * p.log()).sum().item(), abs=1e-5)

@@ -153,3 +153,26 @@ def test_gradient_accumulation_changes_memory_not_the_update(base_model, rollout
     b, _, _ = run_update(split, rollout, adv, algo=algo, grad_accum=grad_accum, reference=reference)
     assert torch.allclose(flat(whole), flat(split), atol=1e-5)
     assert a.loss == pytest.approx(b.loss, abs=1e-6) and a.kl == pytest.approx(b.kl, abs=1e-6)
+
+
+@pytest.mark.parametrize("num_iterations", [1, 2])
+def test_logged_entropy_is_the_sampling_policys_mean_token_entropy(base_model, rollout, num_iterations) -> None:
+    """With one update the loss pass measures it; with several, the behaviour pass before any move.
+    Either way it is the policy that sampled, averaged over every completion token (masked ones too)."""
+    model = copy.deepcopy(base_model)
+    with torch.no_grad():
+        ids = torch.cat([rollout.prompt_ids, rollout.completion_ids], 1)
+        mask = torch.cat([rollout.prompt_mask, rollout.completion_mask], 1)
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits
+        c = rollout.completion_ids.size(1)
+        dist = torch.distributions.Categorical(logits=logits[:, -c - 1 : -1].float())
+        m = rollout.completion_mask.float()
+        expected = ((dist.entropy() * m).sum() / m.sum()).item()
+    half_masked = rollout.completion_mask.float()
+    half_masked[::2] = 0  # the loss mask does not change which tokens the entropy covers
+    stats, _, _ = run_update(
+        model, rollout, advantages_for(rollout), half_masked, AlgoConfig(num_iterations=num_iterations)
+    )
+    assert 0 < expected < math.log(model.config.vocab_size)
+    assert stats.entropy == pytest.approx(expected, rel=1e-5)
+    assert stats.metrics()["entropy"] == stats.entropy

@@ -3,6 +3,7 @@ built; a traceback only with HYDRA_FULL_ERROR=1."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -49,6 +50,7 @@ def runs(request: pytest.FixtureRequest, files: dict[str, Path]) -> Iterator[Bac
         "jsonl_without_prompt_field": _run(
             root / "jsonl_without_prompt_field", "data=jsonl", f"data.path={files['no_prompt']}"
         ),
+        "missing_tracker_package": _run(root / "missing_tracker_package", "monitor.trackers=[wandb]"),
     }
     background = Background(request, cases)
     yield background
@@ -131,6 +133,18 @@ def test_jsonl_without_prompt_field(runs: Background, files: dict[str, Path]) ->
     assert_user_error(result, f"{files['no_prompt']}:1", "prompt")
     assert "data.prompt_field" in " ".join(result.stderr.split())
     assert_no_model_built(files["root"] / "jsonl_without_prompt_field")
+
+
+def test_missing_tracker_package_names_the_extra_before_any_model_loads(
+    runs: Background, files: dict[str, Path]
+) -> None:
+    """wandb is not installed here (nor in CI): the error names the key, with its brackets, and the extra."""
+    if importlib.util.find_spec("wandb") is not None:
+        pytest.skip("wandb is installed")
+    assert_user_error(
+        runs.result("missing_tracker_package"), "monitor.trackers=[wandb]", 'pip install "grpo-cli[wandb]"'
+    )
+    assert_no_model_built(files["root"] / "missing_tracker_package")
 
 
 def test_long_path_is_not_wrapped(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
