@@ -15,7 +15,7 @@ from grpo_cli.config.schema import ScoreConfig, TrainConfig
 
 @dataclass(frozen=True)
 class Subcommand:
-    name: str  # `grpo NAME`; also the primary config conf/NAME.yaml and the schema NAME_schema
+    name: str  # `grpo NAME`; a Hydra command also has conf/NAME.yaml and the schema NAME_schema
     schema: type | None  # the dataclass its config composes onto; None: a plain argparse command, no Hydra
     help: str  # one line in `grpo --help`
     run: str  # "module:function": (config object, run directory) -> objective; without a schema, (argv) -> None

@@ -73,7 +73,7 @@ def run_train(cfg: TrainConfig, run_dir: Path) -> float:
     trackers: TrackerObserver | None = None
     if monitor.trackers:  # opened once a resume is known: their steps continue from it
         trackers = open_trackers(
-            monitor.trackers, run_dir, flatten(asdict(cfg)), monitor.log_completions_every, trainer.step_index
+            monitor.trackers, run_dir, flatten(asdict(cfg)), monitor.log_completions_every, trainer.history
         )
         trainer.observers.insert(len(observers), trackers)
     lr_line = f"effective lr {trainer.lr:g} (optim.lr={cfg.optim.lr:g}, optim.lr_scaling={cfg.optim.lr_scaling})"

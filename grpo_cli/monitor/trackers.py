@@ -50,15 +50,21 @@ HEATMAP_TAG = "nan_heatmap"
 
 
 def open_trackers(
-    names: list[str], run_dir: Path, hparams: dict[str, Any], completions_every: int, start_step: int = 0
+    names: list[str],
+    run_dir: Path,
+    hparams: dict[str, Any],
+    completions_every: int,
+    history: list[dict[str, Any]] | None = None,
 ) -> TrackerObserver:
-    """Start the named trackers and log the config; `start_step` > 0 is a resumed run, whose
-    TensorBoard events past that step are dropped (those steps run again)."""
+    """Start the named trackers and log the config. `history` holds the metrics rows of a resumed
+    run's finished steps: the heat map covers them, and TensorBoard drops its events past the last
+    one (those steps run again)."""
     names = list(dict.fromkeys(names))
     require_trackers(names)  # every package checked before any tracker writes a file
+    start_step = history[-1]["step"] if history else 0
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    observer = TrackerObserver([], completions_every, _earlier_rows(run_dir / "metrics.jsonl", start_step))
+    observer = TrackerObserver([], completions_every, history)
     # The tracker classes log through accelerate's logger, which needs its process state; cpu=True:
     # this state only answers "main process?", it must not claim a GPU (a no-op if one exists).
     PartialState(cpu=True)
@@ -286,11 +292,3 @@ def _hparam_values(hparams: dict[str, Any]) -> dict[str, Any]:
         key: value if value is None or isinstance(value, (bool, int, float, str)) else json.dumps(value, default=str)
         for key, value in hparams.items()
     }
-
-
-def _earlier_rows(path: Path, start_step: int) -> list[dict[str, Any]]:
-    """On resume, the metrics rows of the steps before it, so the heat map covers the whole run."""
-    if start_step <= 0 or not path.exists():
-        return []
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return [row for row in rows if row.get("step", 0) <= start_step]

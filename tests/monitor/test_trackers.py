@@ -159,7 +159,7 @@ def test_a_resume_purges_the_steps_it_runs_again(tmp_path: Path) -> None:
         for step in (1, 2, 3):
             first.on_step(step_result(step, float(step)))
     time.sleep(1.05 - time.time() % 1)  # event files sort by their whole-second timestamp
-    with open_trackers(["tensorboard"], tmp_path, {}, 0, start_step=1) as resumed:
+    with open_trackers(["tensorboard"], tmp_path, {}, 0, history=[{"step": 1}]) as resumed:
         resumed.on_step(step_result(2, 20.0))
     events = read_events(tmp_path / "tb")
     assert [(e.step, e.value) for e in events.Scalars("loss")] == [(1, 1.0), (2, 20.0)]
