@@ -45,6 +45,14 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+MACHINE_DEPENDENT = ("time/", "throughput/", "memory/")  # metrics no seed can reproduce
+
+
+def reproducible(rows: list[dict]) -> list[dict]:
+    """Metric rows without their timings, throughput and memory: what two runs of one seed share."""
+    return [{k: v for k, v in row.items() if not k.startswith(MACHINE_DEPENDENT)} for row in rows]
+
+
 class Background:
     """Starts this module's slow runs together, each `grpo train` pays seconds of torch import,
     and only those whose tests were selected; each test then waits for its own result."""

@@ -9,7 +9,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from tests.conftest import REPO, read_metrics, run_grpo
+from tests.conftest import REPO, read_metrics, reproducible, run_grpo
 
 ARGS = [
     "train.steps=150",
@@ -21,9 +21,6 @@ ARGS = [
 ]
 
 
-def without_timings(rows):
-    return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in rows]
-
 
 def test_interrupt_then_resume_matches_an_uninterrupted_run(tmp_path):
     straight = tmp_path / "straight"
@@ -32,7 +29,7 @@ def test_interrupt_then_resume_matches_an_uninterrupted_run(tmp_path):
         interrupt_and_resume(tmp_path)
         result = straight_run.result()
     assert result.returncode == 0, result.stderr[-3000:]
-    assert without_timings(read_metrics(tmp_path / "resumed")) == without_timings(read_metrics(straight))
+    assert reproducible(read_metrics(tmp_path / "resumed")) == reproducible(read_metrics(straight))
 
 
 def interrupt_and_resume(tmp_path):

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from transformers import AutoModelForCausalLM
 
-from tests.conftest import read_metrics, run_grpo
+from tests.conftest import read_metrics, reproducible, run_grpo
 
 REQUIRED_METRICS = {
     "step",
@@ -104,6 +104,6 @@ def test_same_seed_same_run(tmp_path):
     runs = []
     for name, result in zip("ab", results):
         assert result.returncode == 0, result.stderr[-3000:]
-        runs.append([{k: v for k, v in m.items() if not k.startswith("time/")} for m in read_metrics(tmp_path / name)])
+        runs.append(reproducible(read_metrics(tmp_path / name)))
     assert runs[0] == runs[1]
     assert runs[0][0]["reward/mean"] is not None

@@ -15,7 +15,7 @@ from grpo_cli.config.schema import RewardFunctionConfig, TrainConfig
 from grpo_cli.errors import GrpoError
 from grpo_cli.monitor import MetricsFile, StepResult
 from grpo_cli.training import GRPOTrainer
-from tests.conftest import read_metrics
+from tests.conftest import read_metrics, reproducible
 from tests.training import interrupting_rewards
 
 
@@ -29,9 +29,6 @@ def small_config(**train) -> TrainConfig:
         setattr(cfg.train, key, value)
     return cfg
 
-
-def without_timings(rows: list[dict]) -> list[dict]:
-    return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in rows]
 
 
 def run(cfg: TrainConfig, run_dir: Path, *observers) -> GRPOTrainer:
@@ -108,7 +105,7 @@ def test_ctrl_c_in_the_observers_saves_the_step_its_metrics_line_describes(tmp_p
     assert checkpoints == ["step_000002"]
     assert [row["step"] for row in read_metrics(interrupted)] == [1, 2]
     run(small_config(), interrupted)  # train.resume=auto
-    assert without_timings(read_metrics(interrupted)) == without_timings(read_metrics(tmp_path / "straight"))
+    assert reproducible(read_metrics(interrupted)) == reproducible(read_metrics(tmp_path / "straight"))
     assert len(straight.history) == 4
 
 
@@ -128,7 +125,7 @@ def test_ctrl_c_while_scoring_rolls_the_step_back(tmp_path: Path, monkeypatch: p
     assert sorted(p.name for p in (tmp_path / "resumed" / "checkpoints").iterdir()) == ["step_000002"]
     monkeypatch.setattr(interrupting_rewards, "INTERRUPT_AT_CALL", 0)
     run(config(), tmp_path / "resumed")
-    assert without_timings(read_metrics(tmp_path / "resumed")) == without_timings(read_metrics(tmp_path / "straight"))
+    assert reproducible(read_metrics(tmp_path / "resumed")) == reproducible(read_metrics(tmp_path / "straight"))
 
 
 def test_a_resume_refuses_changes_to_the_maths(tmp_path: Path) -> None:
@@ -157,7 +154,7 @@ def test_resume_from_an_explicit_checkpoint_and_never(tmp_path: Path) -> None:
     second = small_config(steps=3, save_every=2, resume=str(first / "checkpoints" / "step_000002"))
     assert [row["step"] for row in run(second, tmp_path / "second").history] == [3]
     assert [row["step"] for row in read_metrics(tmp_path / "second")] == [3]
-    assert without_timings(read_metrics(tmp_path / "second")) == without_timings(read_metrics(first)[2:])
+    assert reproducible(read_metrics(tmp_path / "second")) == reproducible(read_metrics(first)[2:])
     run(small_config(steps=3, save_every=2, resume="never"), first)
     assert [row["step"] for row in read_metrics(first)] == [1, 2, 3]  # started over, no duplicated lines
     with pytest.raises(GrpoError, match="not a complete checkpoint"):
