@@ -44,8 +44,8 @@ def repetition_rate(seqs: list[list[int]], n: int = REPETITION_N) -> float:
     completion (seq-rep-n, Welleck et al., 2019): 0 for no repeat, towards 1 for a loop. Completions
     shorter than n are left out; NaN when all are.
 
-    >>> repetition_rate([[7, 7, 7, 7, 7], [1, 2, 3, 4]])  # 777 three times: 2 of 3 repeat; none
-    0.3333333333333333
+    >>> round(repetition_rate([[7, 7, 7, 7, 7], [1, 2, 3, 4]]), 6)  # 777 three times: 2 of 3 repeat; none
+    0.333333
     """
     rates = []
     for seq in seqs:
