@@ -45,6 +45,16 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+class Recorder:
+    """An observer that keeps what the trainer handed to the observers, for a test to inspect."""
+
+    def __init__(self) -> None:
+        self.results: list = []
+
+    def on_step(self, result) -> None:
+        self.results.append(result)
+
+
 MACHINE_DEPENDENT = ("time/", "throughput/", "memory/")  # metrics no seed can reproduce
 
 

@@ -11,16 +11,9 @@ from rich.console import Console
 from grpo_cli.config.schema import RewardFunctionConfig, TrainConfig
 from grpo_cli.monitor import StepResult, TrainingConsole
 from grpo_cli.training import GRPOTrainer
+from tests.conftest import Recorder
 
 STEPS = 3
-
-
-class Collect:
-    def __init__(self) -> None:
-        self.results: list[StepResult] = []
-
-    def on_step(self, result: StepResult) -> None:
-        self.results.append(result)
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +22,7 @@ def results(tmp_path_factory) -> list[StepResult]:
     cfg.train.steps, cfg.train.prompts_per_step, cfg.rollout.num_generations = STEPS, 2, 4
     # scores every other completion, None for the rest: a NaN share of exactly monitor.nan_alert (0.5)
     cfg.reward.functions.append(RewardFunctionConfig(name="half", target="tests.rewards.pool_functions:half_none"))
-    collect = Collect()
+    collect = Recorder()
     trainer = GRPOTrainer(cfg, tmp_path_factory.mktemp("run"), [collect])
     trainer.setup()
     trainer.train()

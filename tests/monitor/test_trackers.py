@@ -26,7 +26,7 @@ from grpo_cli.errors import GrpoError
 from grpo_cli.monitor import MetricsFile, StepResult
 from grpo_cli.monitor.trackers import completions_table, open_trackers, scalar_metrics
 from grpo_cli.training import GRPOTrainer
-from tests.conftest import read_metrics
+from tests.conftest import Recorder, read_metrics
 
 FUNCTIONS = ("exact_match", "partial_credit")  # the default config's reward functions
 
@@ -45,16 +45,6 @@ def flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def read_events(tb_dir: Path) -> ea.EventAccumulator:
     everything = {ea.SCALARS: 0, ea.HISTOGRAMS: 0, ea.IMAGES: 0, ea.TENSORS: 0}
     return ea.EventAccumulator(str(tb_dir), size_guidance=everything).Reload()
-
-
-class Recorder:
-    """Keeps what the trainer handed to the observers, to compare with what TensorBoard holds."""
-
-    def __init__(self) -> None:
-        self.results: list[StepResult] = []
-
-    def on_step(self, result: StepResult) -> None:
-        self.results.append(result)
 
 
 @pytest.fixture(scope="module")
