@@ -1,4 +1,4 @@
-"""Load the policy, its tokenizer and (when KL is on) a frozen reference.
+"""Load the policy, its tokenizer and (when KL is on) a frozen reference; LoRA adapters via peft.
 
 The tiny model is built from a config with a byte-level tokenizer made in code, then saved and
 reloaded through `from_pretrained`, so tests exercise exactly the path a real model takes.
@@ -6,8 +6,13 @@ reloaded through `from_pretrained`, so tests exercise exactly the path a real mo
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import sys
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -21,8 +26,12 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from grpo_cli.config.schema import ModelConfig, TinyModelConfig
+from grpo_cli.config.schema import LoraConfig, ModelConfig, TinyModelConfig
+from grpo_cli.core.checkpoint import base_model_dir, read_trainer_state
 from grpo_cli.errors import GrpoError
+
+if TYPE_CHECKING:  # peft costs seconds to import: only runs that use LoRA pay for it
+    from peft import PeftModel
 
 TINY_SPECIAL_TOKENS = ("<pad>", "<s>", "</s>")
 # A plain-text chat template so conversational prompts also work with the tiny model.
@@ -31,6 +40,18 @@ TINY_CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}assistant: {% endif %}"
 )
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+ADAPTER_CONFIG = "adapter_config.json"  # peft's: a directory holding it is a LoRA adapter, not full weights
+# peft warnings with nothing for a user to act on: a question transformers has deprecated, and an
+# adapter on a tied lm_head (grpo export unties it before merging, the one "complication" meant)
+PEFT_NOISE = ((FutureWarning, ".*is_gradient_checkpointing.*"), (UserWarning, ".*ensure_weight_tying.*"))
+
+
+@contextlib.contextmanager
+def quiet_peft() -> Iterator[None]:
+    with warnings.catch_warnings():
+        for category, message in PEFT_NOISE:
+            warnings.filterwarnings("ignore", message=message, category=category)
+        yield
 
 
 def pick_device(name: str | None) -> torch.device:
@@ -38,6 +59,18 @@ def pick_device(name: str | None) -> torch.device:
     if name in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
+
+
+def set_cpu_threads(threads: int, model_kind: str, device: torch.device) -> None:
+    """`threads` > 0: that many; 0 (auto): one for the tiny model on CPU, else torch's default.
+
+    Tiny ops are too small to split: on a busy 2-core machine, 2 threads made tiny generation
+    ~15x slower than 1 (contention), measured with `grpo rollout`.
+    """
+    if threads > 0:
+        torch.set_num_threads(threads)
+    elif model_kind == "tiny" and device.type == "cpu":
+        torch.set_num_threads(1)
 
 
 def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
@@ -93,6 +126,49 @@ def load_tokenizer(path: str | Path, trust_remote_code: bool = False) -> PreTrai
     return tokenizer
 
 
+def is_adapter_dir(directory: str | Path) -> bool:
+    return (Path(directory) / ADAPTER_CONFIG).is_file()
+
+
+def add_lora(model: PreTrainedModel, lora: LoraConfig) -> PeftModel:
+    """Fresh adapters on `lora.target_modules`, every other weight frozen. B starts at zero, so the
+    policy starts as the base model and the KL to it is 0 until the first update."""
+    from peft import LoraConfig as PeftLoraConfig
+    from peft import get_peft_model
+
+    config = PeftLoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=list(lora.target_modules),
+        task_type="CAUSAL_LM",
+    )
+    try:
+        with quiet_peft():
+            return get_peft_model(model, config)
+    except ValueError as err:  # e.g. "Target modules {...} not found in the base model"
+        raise GrpoError(f"model.lora.target_modules={list(lora.target_modules)}: {err}") from err
+
+
+def load_weights(
+    directory: Path, base_dir: Path, dtype: torch.dtype, trust_remote_code: bool = False, trainable: bool = False
+) -> PreTrainedModel | PeftModel:
+    """The model a directory holds: its own full weights, or, for a LoRA checkpoint (peft's adapter
+    files only), the base model at `base_dir` with the adapter on top."""
+    adapter = is_adapter_dir(directory)
+    source = base_dir if adapter else directory
+    try:
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, trust_remote_code=trust_remote_code)
+        if adapter:
+            from peft import PeftModel
+
+            with quiet_peft():
+                model = PeftModel.from_pretrained(model, directory, is_trainable=trainable)
+    except (OSError, ValueError) as err:
+        raise GrpoError(f"model.path={source}: cannot load: {err}") from err
+    return model
+
+
 def load_policy(
     cfg: ModelConfig,
     workdir: Path,
@@ -100,29 +176,48 @@ def load_policy(
     device: torch.device,
     precision_dtype: str,
     weights_dir: Path | None = None,
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, Path]:
+) -> tuple[PreTrainedModel | PeftModel, PreTrainedTokenizerBase, Path]:
     """Returns (model in train mode, tokenizer, the starting model's directory).
 
-    `weights_dir` (a checkpoint being resumed) supplies the weights; the returned directory is
-    still the starting model's, which the KL reference must come from.
+    `weights_dir` (a checkpoint being resumed) supplies the weights: full weights, or a LoRA
+    adapter put on the starting model. The returned directory is always the starting model's,
+    which the KL reference must come from.
     """
     if cfg.kind == "tiny":
         path = Path(cfg.path) if cfg.path else workdir / "tiny_model"
         if not (path / "config.json").exists():
             build_tiny_model(path, cfg.tiny, seed)
+    elif is_adapter_dir(cfg.path) and weights_dir is None:  # a LoRA run's checkpoint: its base + the adapter
+        weights_dir, path = Path(cfg.path), base_model_dir(Path(cfg.path), read_trainer_state(cfg.path))
+        if not cfg.lora.enabled:  # sampling or evaluating it: the adapter merged, a plain model
+            tokenizer = load_tokenizer(weights_dir, cfg.trust_remote_code)
+            merged = load_weights(weights_dir, path, DTYPES[_dtype_name(cfg, precision_dtype)]).merge_and_unload()
+            return _ready(merged, tokenizer, cfg, device), tokenizer, path
     else:
         path = Path(cfg.path)
         if not (path / "config.json").exists():
             raise GrpoError(f"model.path={path}: no config.json, not a Hugging Face model directory")
-    dtype_name = precision_dtype if cfg.dtype == "auto" else cfg.dtype
+    dtype_name = _dtype_name(cfg, precision_dtype)
     source = weights_dir or path
+    if weights_dir is not None and is_adapter_dir(weights_dir) != cfg.lora.enabled:
+        held = "a LoRA adapter" if is_adapter_dir(weights_dir) else "full weights"
+        raise GrpoError(f"checkpoint {weights_dir} holds {held}, but model.lora.enabled={cfg.lora.enabled}")
     try:
         tokenizer = load_tokenizer(source, cfg.trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(
-            source, dtype=DTYPES[dtype_name], trust_remote_code=cfg.trust_remote_code
-        )
     except (OSError, ValueError) as err:
         raise GrpoError(f"model.path={source}: cannot load: {err}") from err
+    model = load_weights(source, path, DTYPES[dtype_name], cfg.trust_remote_code, trainable=True)
+    if cfg.lora.enabled and not is_peft(model):
+        model = add_lora(model, cfg.lora)
+    return _ready(model, tokenizer, cfg, device), tokenizer, path
+
+
+def _dtype_name(cfg: ModelConfig, precision_dtype: str) -> str:
+    return precision_dtype if cfg.dtype == "auto" else cfg.dtype
+
+
+def _ready(model: Any, tokenizer: PreTrainedTokenizerBase, cfg: ModelConfig, device: torch.device) -> Any:
+    """On the device, in train mode, padding known to generate()."""
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     if cfg.gradient_checkpointing:
@@ -130,15 +225,46 @@ def load_policy(
         model.config.use_cache = False
     model.to(device)
     model.train()
-    return model, tokenizer, path
+    return model
 
 
-def frozen_reference(policy: PreTrainedModel, starting_dir: Path | None = None) -> PreTrainedModel:
+def is_peft(model: Any) -> bool:
+    """Without importing peft: a model can only be a PeftModel once peft is loaded."""
+    peft = sys.modules.get("peft")
+    return peft is not None and isinstance(model, peft.PeftModel)
+
+
+class AdaptersOff:
+    """The KL reference of a LoRA policy: the policy itself run with its adapters switched off, which
+    is the frozen base. No second copy of the weights, and exact across a resume (the base never trains).
+
+    Called like a model (policy_update only calls it under no_grad); in eval mode for the call, as
+    the frozen copy of a full fine-tune is.
+    """
+
+    def __init__(self, policy: PeftModel) -> None:
+        self.policy = policy
+
+    def __call__(self, **inputs: Any) -> Any:
+        was_training = self.policy.training
+        self.policy.eval()
+        try:
+            with self.policy.disable_adapter():
+                return self.policy(**inputs)
+        finally:
+            self.policy.train(was_training)
+
+
+def frozen_reference(
+    policy: PreTrainedModel | PeftModel, starting_dir: Path | None = None
+) -> PreTrainedModel | AdaptersOff:
     """The starting policy for the KL term; never trained, never in grad mode.
 
-    A fresh run copies the policy; a resumed one reloads the starting model from `starting_dir`,
-    since the policy has moved.
+    A LoRA policy is its own reference with the adapters off. Otherwise a fresh run copies the
+    policy; a resumed one reloads the starting model from `starting_dir`, since the policy has moved.
     """
+    if is_peft(policy):
+        return AdaptersOff(policy)
     if starting_dir is None:
         reference = copy.deepcopy(policy)
     else:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.config.schema import ScoreConfig, TrainConfig
+from grpo_cli.config.schema import EvalConfig, ExportConfig, RolloutRunConfig, ScoreConfig, TrainConfig
 
 
 @dataclass(frozen=True)
@@ -35,10 +35,28 @@ SUBCOMMANDS = (
         "train", TrainConfig, "GRPO training: rollout, score, advantage, update", "grpo_cli.commands.train:run_train"
     ),
     Subcommand(
+        "rollout",
+        RolloutRunConfig,
+        "sample G completions per prompt of a data set into a rollouts jsonl (resumable)",
+        "grpo_cli.commands.rollout:run_rollout",
+    ),
+    Subcommand(
         "score",
         ScoreConfig,
         "score a rollouts jsonl: per-function rewards, fused reward, advantages",
         "grpo_cli.commands.score:run_score",
+    ),
+    Subcommand(
+        "eval",
+        EvalConfig,
+        "held-out accuracy, pass@k and mean rewards of a model (or a rollouts jsonl): eval.json",
+        "grpo_cli.commands.eval:run_eval",
+    ),
+    Subcommand(
+        "export",
+        ExportConfig,
+        "a checkpoint (or a run's newest) as a Hugging Face directory; LoRA merged; verified by reloading",
+        "grpo_cli.commands.export:run_export",
     ),
     Subcommand(
         "plot",

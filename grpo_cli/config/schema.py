@@ -21,6 +21,7 @@ INTERPOLATIONS = ("step", "linear")  # curriculum.interpolate
 LR_SCALINGS = ("none", "sqrt", "linear")  # optim.lr_scaling
 CONSOLES = ("auto", "rich", "plain", "quiet")  # monitor.console
 TRACKERS = ("tensorboard", "wandb", "mlflow", "aim")  # monitor.trackers: accelerate tracker names
+SPLITS = ("all", "train", "eval")  # rollout split: the whole data set or one side of data.eval_fraction
 
 
 @dataclass
@@ -35,6 +36,18 @@ class TinyModelConfig:
 
 
 @dataclass
+class LoraConfig:
+    """`model.lora`: train low-rank adapters (peft) instead of every weight; with algo.beta > 0 the KL
+    reference is the base model with the adapters switched off, so no second copy of the weights."""
+
+    enabled: bool = False
+    r: int = 16  # rank of each adapter's A (r x in) and B (out x r)
+    alpha: float = 32.0  # the update B·A is scaled by alpha / r
+    dropout: float = 0.05  # dropout on the adapter's input, in [0, 1)
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+
+@dataclass
 class ModelConfig:
     kind: str = "tiny"  # tiny | hf
     path: str | None = None  # hf: a local directory; tiny: where to save it (default: run dir)
@@ -42,6 +55,7 @@ class ModelConfig:
     trust_remote_code: bool = False
     gradient_checkpointing: bool = False
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
 
 @dataclass
@@ -170,6 +184,13 @@ class RolloutConfig:
 
 
 @dataclass
+class ResumableRolloutConfig(RolloutConfig):
+    """`grpo rollout`'s rollout section: train's sampling keys, plus continuing a killed run's file."""
+
+    resume: bool = False  # append to an existing output, skipping the prompts already in it
+
+
+@dataclass
 class OptimConfig:
     lr: float = 2e-3  # for the tiny random-init model; real models: 1e-6
     weight_decay: float = 0.0
@@ -259,3 +280,67 @@ class ScoreConfig:
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     data: DataConfig = field(default_factory=DataConfig)  # unused: reward options may select data
     algo: AlgoConfig = field(default_factory=AlgoConfig)
+
+
+@dataclass
+class EvalMetricsConfig:
+    """`eval.*` of `grpo eval`: when a completion counts as solved, and which pass@k to report.
+    The trainer's `eval/accuracy` uses the defaults (the first function, at the same threshold)."""
+
+    success: str | None = None  # reward function whose raw score decides; None: the first of reward.functions
+    success_threshold: float = 1.0  # solved when that score >= this
+    k: list[int] = field(default_factory=lambda: [1, 5])  # pass@k for each; every k <= rollout.num_generations
+
+
+@dataclass
+class EvalConfig:
+    """`grpo eval`: the held-out split's rollouts (or a rollouts file), scored into eval.json."""
+
+    input: str | None = None  # a rollouts jsonl to (re)score instead of generating
+    split: str = "eval"  # SPLITS: eval is the trainer's held-out side of data.eval_fraction
+    max_prompts: int = 0  # 0: every prompt of the split (or of the file)
+    batch_size: int = 64  # prompts per generate and score call: the memory bound
+    greedy: bool = True  # also one greedy answer per prompt (greedy/*); needs the model, so not with input
+    output: str | None = None  # None: eval.json in the run directory
+    compare: str | None = None  # an eval.json, or a directory holding one: printed side by side with the difference
+    tokenizer: str | None = None  # input only: a local model/tokenizer dir counting tokens where no token_count
+    seed: int = 0  # sampling seed
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    threads: int = 0  # torch CPU threads; 0: auto (1 for the tiny model on CPU, else torch's)
+    eval: EvalMetricsConfig = field(default_factory=EvalMetricsConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
+
+
+EXPORT_DTYPES = ("auto", "fp32", "bf16", "fp16")  # export dtype
+
+
+@dataclass
+class ExportConfig:
+    """`grpo export`: a checkpoint (or a run's newest) as a Hugging Face directory."""
+
+    checkpoint: str | None = None  # RUN/checkpoints/step_N, or a run directory: its newest complete checkpoint
+    output: str | None = None  # directory to write; must not exist yet (or be empty)
+    dtype: str = "auto"  # EXPORT_DTYPES; auto: the dtype the weights are saved in
+    merge_lora: bool = True  # a LoRA checkpoint: merge into the base; false: the adapter and its base's path
+
+
+@dataclass
+class RolloutRunConfig:
+    """`grpo rollout`: G completions per prompt of a data set, streamed to the jsonl `grpo score` reads."""
+
+    output: str | None = None  # None: rollouts.jsonl in the run directory
+    split: str = "all"  # SPLITS: train/eval are data.eval_fraction's sides, as the trainer splits them
+    batch_size: int = 8  # prompts per generate call (each with rollout.num_generations rows)
+    max_prompts: int = 0  # 0: every prompt of the split
+    seed: int = 0  # torch is reseeded per batch from it: same seed, same file, also across a resume
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    threads: int = 0  # torch CPU threads; 0: auto (1 for the tiny model on CPU, else torch's)
+    console: str = "auto"  # CONSOLES: progress bar on a terminal, plain lines otherwise
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: ResumableRolloutConfig = field(default_factory=ResumableRolloutConfig)

@@ -19,7 +19,13 @@ from grpo_cli.config.schema import (
     LONG_PROMPT_POLICIES,
     LR_SCALINGS,
     NORMALIZATIONS,
+    SPLITS,
     TRACKERS,
+    DataConfig,
+    EvalConfig,
+    ModelConfig,
+    RolloutConfig,
+    RolloutRunConfig,
     TrainConfig,
 )
 from grpo_cli.errors import GrpoError
@@ -207,6 +213,98 @@ def _check_adaptive_clip(cfg: TrainConfig) -> None:
         _fail("algo.adaptive_clip.alpha", clip.alpha, "must be >= 0 (0: always base)")
 
 
+def _check_lora(model: ModelConfig) -> None:
+    """model.lora: checked even while disabled, so enabling it later cannot surprise."""
+    lora = model.lora
+    if lora.r < 1:
+        _fail("model.lora.r", lora.r, "must be at least 1")
+    if lora.alpha <= 0:
+        _fail("model.lora.alpha", lora.alpha, "must be > 0 (the update is scaled by alpha / r)")
+    if not 0 <= lora.dropout < 1:
+        _fail("model.lora.dropout", lora.dropout, "must be in [0, 1)")
+    if not lora.target_modules or not all(isinstance(m, str) and m for m in lora.target_modules):
+        _fail(
+            "model.lora.target_modules",
+            list(lora.target_modules),
+            "must name at least one module, e.g. [q_proj, k_proj, v_proj, o_proj]",
+        )
+
+
+def validate_generation(model: ModelConfig, data: DataConfig, rollout: RolloutConfig) -> None:
+    """The checks of every command that samples from a model on a data set (train, rollout)."""
+    choices = {
+        "model.kind": model.kind,
+        "model.dtype": model.dtype,
+        "data.kind": data.kind,
+        "data.on_long_prompt": data.on_long_prompt,
+        "rollout.backend": rollout.backend,
+    }
+    for key, value in choices.items():
+        _check_choice(key, value, CHOICES[key])
+    if rollout.max_new_tokens < 1:
+        _fail("rollout.max_new_tokens", rollout.max_new_tokens, "must be at least 1")
+    if rollout.temperature <= 0:
+        _fail("rollout.temperature", rollout.temperature, "must be > 0")
+    if not 0 < rollout.top_p <= 1:
+        _fail("rollout.top_p", rollout.top_p, "must be in (0, 1]")
+    if rollout.top_k < 0:
+        _fail("rollout.top_k", rollout.top_k, "must be >= 0 (0 disables top-k)")
+    if not 0 < data.fraction <= 1:
+        _fail("data.fraction", data.fraction, "must be in (0, 1]")
+    if not 0 <= data.eval_fraction < 1:
+        _fail("data.eval_fraction", data.eval_fraction, "must be in [0, 1)")
+    if model.kind == "hf":
+        if not model.path:
+            raise GrpoError("model=hf needs model.path=DIR (a local Hugging Face model directory)")
+        if not Path(model.path).is_dir():
+            raise GrpoError(f"model.path={model.path}: no such directory")
+    if data.kind == "jsonl":
+        if not data.path:
+            raise GrpoError("data=jsonl needs data.path=FILE")
+        if not Path(data.path).is_file():
+            raise GrpoError(f"data.path={data.path}: no such file")
+
+
+def validate_rollout(cfg: RolloutRunConfig) -> None:
+    """`grpo rollout`: one group of one is a valid rollouts file (eval-style sampling), so G >= 1."""
+    validate_generation(cfg.model, cfg.data, cfg.rollout)
+    _check_choice("split", cfg.split, SPLITS)
+    _check_choice("console", cfg.console, CONSOLES)
+    for key, value in {"rollout.num_generations": cfg.rollout.num_generations, "batch_size": cfg.batch_size}.items():
+        if value < 1:
+            _fail(key, value, "must be at least 1")
+    if cfg.max_prompts < 0:
+        _fail("max_prompts", cfg.max_prompts, "must be >= 0 (0: every prompt of the split)")
+    if cfg.threads < 0:
+        _fail("threads", cfg.threads, "must be >= 0 (0: auto)")
+    if cfg.split == "eval" and cfg.data.eval_fraction == 0:
+        raise GrpoError("split=eval selects nothing with data.eval_fraction=0: set data.eval_fraction > 0")
+
+
+def validate_eval(cfg: EvalConfig) -> None:
+    """`grpo eval`: a rollouts file (input=) needs no model or data set, so those are checked only
+    when it generates; pass@k needs k <= n, checked here for n = rollout.num_generations and
+    against the file's group size once it is read."""
+    if cfg.input is None:
+        validate_generation(cfg.model, cfg.data, cfg.rollout)
+        _check_choice("split", cfg.split, SPLITS)
+        _check_choice("precision.dtype", cfg.precision.dtype, CHOICES["precision.dtype"])
+        if cfg.split == "eval" and cfg.data.eval_fraction == 0:
+            raise GrpoError("split=eval selects nothing with data.eval_fraction=0: set data.eval_fraction > 0")
+    for key, value in {"rollout.num_generations": cfg.rollout.num_generations, "batch_size": cfg.batch_size}.items():
+        if value < 1:
+            _fail(key, value, "must be at least 1")
+    if cfg.max_prompts < 0:
+        _fail("max_prompts", cfg.max_prompts, "must be >= 0 (0: every prompt)")
+    if not cfg.reward.functions:
+        raise GrpoError("reward.functions is empty: choose a reward, e.g. reward=arithmetic")
+    if any(k < 1 for k in cfg.eval.k):
+        _fail("eval.k", list(cfg.eval.k), "every k must be at least 1")
+    n = cfg.rollout.num_generations
+    if cfg.input is None and any(k > n for k in cfg.eval.k):
+        _fail("eval.k", list(cfg.eval.k), f"pass@k needs k <= rollout.num_generations={n} completions per prompt")
+
+
 def validate(cfg: TrainConfig) -> list[str]:
     """Reject impossible values; return warnings for legal but doubtful ones."""
     for key, allowed in CHOICES.items():
@@ -225,7 +323,6 @@ def validate(cfg: TrainConfig) -> list[str]:
         "train.steps": cfg.train.steps,
         "train.prompts_per_step": cfg.train.prompts_per_step,
         "train.grad_accum_steps": cfg.train.grad_accum_steps,
-        "rollout.max_new_tokens": cfg.rollout.max_new_tokens,
         "algo.num_iterations": cfg.algo.num_iterations,
         "algo.mini_batches": cfg.algo.mini_batches,
         "guard.patience": cfg.guard.patience,
@@ -249,16 +346,7 @@ def validate(cfg: TrainConfig) -> list[str]:
         _fail("algo.epsilon_low", cfg.algo.epsilon_low, "must be < 1 (the ratio is clipped at 1 - epsilon_low)")
     if cfg.algo.beta < 0:
         _fail("algo.beta", cfg.algo.beta, "must be >= 0")
-    if cfg.rollout.temperature <= 0:
-        _fail("rollout.temperature", cfg.rollout.temperature, "must be > 0")
-    if not 0 < cfg.rollout.top_p <= 1:
-        _fail("rollout.top_p", cfg.rollout.top_p, "must be in (0, 1]")
-    if cfg.rollout.top_k < 0:
-        _fail("rollout.top_k", cfg.rollout.top_k, "must be >= 0 (0 disables top-k)")
-    if not 0 < cfg.data.fraction <= 1:
-        _fail("data.fraction", cfg.data.fraction, "must be in (0, 1]")
-    if not 0 <= cfg.data.eval_fraction < 1:
-        _fail("data.eval_fraction", cfg.data.eval_fraction, "must be in [0, 1)")
+    validate_generation(cfg.model, cfg.data, cfg.rollout)
     if cfg.optim.max_grad_norm < 0:
         _fail("optim.max_grad_norm", cfg.optim.max_grad_norm, "must be >= 0 (0 disables clipping)")
     if len(cfg.optim.betas) != 2 or not all(0 <= b < 1 for b in cfg.optim.betas):
@@ -271,6 +359,7 @@ def validate(cfg: TrainConfig) -> list[str]:
             "tuned for (> 0), e.g. train.prompts_per_step·rollout.num_generations/algo.mini_batches of that run",
         )
     _check_adaptive_clip(cfg)
+    _check_lora(cfg.model)
     if cfg.algo.mini_batches > cfg.train.prompts_per_step:
         _fail(
             "algo.mini_batches",
@@ -302,16 +391,6 @@ def validate(cfg: TrainConfig) -> list[str]:
             _fail(f"reward.functions[{i}].ema_momentum", fn.ema_momentum, "must be in [0, 1) (null: the default)")
     if not 0 <= cfg.reward.ema_momentum < 1:
         _fail("reward.ema_momentum", cfg.reward.ema_momentum, "must be in [0, 1); 0.9-0.99 typical")
-    if cfg.model.kind == "hf":
-        if not cfg.model.path:
-            raise GrpoError("model=hf needs model.path=DIR (a local Hugging Face model directory)")
-        if not Path(cfg.model.path).is_dir():
-            raise GrpoError(f"model.path={cfg.model.path}: no such directory")
-    if cfg.data.kind == "jsonl":
-        if not cfg.data.path:
-            raise GrpoError("data=jsonl needs data.path=FILE")
-        if not Path(cfg.data.path).is_file():
-            raise GrpoError(f"data.path={cfg.data.path}: no such file")
     warnings = []
     if not 4 <= g <= 64:
         warnings.append(

@@ -20,6 +20,7 @@ from grpo_cli.errors import GrpoError
 
 COMPLETE_MARKER = "trainer_state.json"
 TRAINING_STATE = "training_state.pt"  # optimizer, scheduler, RNG: what from_pretrained does not hold
+BASE_MODEL_KEY = "base_model"  # in trainer_state.json: the starting model's directory (a LoRA adapter's base)
 
 
 def save_checkpoint(
@@ -83,3 +84,22 @@ def load_checkpoint_state(directory: Path) -> tuple[dict[str, Any], dict[str, An
     # weights_only=False: the file holds Python RNG state, written by this code, not downloaded
     training_state = torch.load(directory / TRAINING_STATE, weights_only=False)
     return trainer_state, training_state
+
+
+def run_dir_of(checkpoint: Path) -> Path | None:
+    return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
+
+
+def base_model_dir(checkpoint: Path, state: dict[str, Any]) -> Path:
+    """The LoRA adapter's base: the path recorded at save time; for a run directory moved since,
+    its tiny model beside the checkpoints or model.path."""
+    model = state["config"]["model"]
+    run_dir = run_dir_of(checkpoint)
+    candidates = [state.get(BASE_MODEL_KEY), model["path"]]  # old checkpoints lack the recorded path
+    if model["kind"] == "tiny" and run_dir is not None:
+        candidates.append(str(run_dir / "tiny_model"))
+    for candidate in candidates:
+        if candidate and (Path(candidate) / "config.json").is_file():
+            return Path(candidate)
+    tried = ", ".join(str(c) for c in candidates if c)
+    raise GrpoError(f"{checkpoint} holds a LoRA adapter, but its base model is not found (tried {tried})")

@@ -21,7 +21,7 @@ import torch
 from grpo_cli.core.advantages import group_advantages
 from grpo_cli.data.jsonl import iter_jsonl
 from grpo_cli.errors import GrpoError
-from grpo_cli.rewards import RewardBatch, RewardExecutor, RewardFusion, score_and_fuse
+from grpo_cli.rewards import FusionResult, RewardBatch, RewardExecutor, RewardFusion, score_and_fuse
 from grpo_cli.rewards.sources import uses_completion_lengths
 from grpo_cli.stats import WeightEffect, Welford
 
@@ -38,13 +38,16 @@ def _read_groups(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         yield lineno, row
 
 
-def _batches(path: Path, batch_size: int) -> Iterator[list[tuple[int, dict[str, Any]]]]:
+def _batches(path: Path, batch_size: int, max_prompts: int = 0) -> Iterator[list[tuple[int, dict[str, Any]]]]:
+    """`max_prompts` > 0 stops reading there: the rest of the file is never parsed."""
     batch: list[tuple[int, dict[str, Any]]] = []
-    for item in _read_groups(path):
+    for seen, item in enumerate(_read_groups(path), start=1):
         batch.append(item)
-        if len(batch) == batch_size:
+        if len(batch) == batch_size or seen == max_prompts:
             yield batch
             batch = []
+        if seen == max_prompts:
+            return
     if batch:
         yield batch
 
@@ -77,6 +80,51 @@ def _completion_lengths(
     return lengths
 
 
+def scored_batches(
+    input_path: Path,
+    fusion: RewardFusion,
+    executor: RewardExecutor,
+    batch_size: int = 64,
+    count_tokens: Callable[[str], int] | None = None,
+    update_state: bool = True,
+    grouped: bool = True,
+    max_prompts: int = 0,
+) -> Iterator[tuple[list[dict[str, Any]], RewardBatch, FusionResult]]:
+    """The file's prompts, `batch_size` at a time, each batch scored as training scores one: the
+    one reader of the rollouts contract, for `grpo score` and `grpo eval input=FILE`.
+
+    Yields (rows, their RewardBatch, its FusionResult). `update_state` and `grouped` as in
+    `score_and_fuse`: eval passes False for both (no running statistics, no group z-scores);
+    `max_prompts` > 0 reads only the file's first prompts.
+    """
+    input_path = Path(input_path)
+    if not input_path.is_file():
+        raise GrpoError(f"input={input_path}: no such file")
+    readers = uses_completion_lengths(fusion.sources)
+    group_size = None
+    for batch in _batches(input_path, batch_size, max_prompts):
+        for lineno, row in batch:
+            if group_size is None:
+                group_size = len(row["completions"])
+                if group_size < 1:
+                    raise GrpoError(f"{input_path}:{lineno}: no completions")
+            if len(row["completions"]) != group_size:
+                raise GrpoError(
+                    f"{input_path}:{lineno}: {len(row['completions'])} completions, expected {group_size} "
+                    "(every prompt needs the same group size)"
+                )
+        rows = [row for _, row in batch]
+        reward_batch = RewardBatch.from_groups(
+            rows,
+            [c["text"] for row in rows for c in row["completions"]],
+            _completion_lengths(input_path, batch, count_tokens, readers),
+            group_size,
+            exclude=("completions",),
+        )
+        result = score_and_fuse(executor, fusion, reward_batch, update_state=update_state, grouped=grouped)
+        yield rows, reward_batch, result
+
+
 def score_rollouts_file(
     input_path: Path,
     output_path: Path,
@@ -93,7 +141,6 @@ def score_rollouts_file(
         raise GrpoError(f"input={input_path}: no such file")
     output_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = output_path.with_name(f".{output_path.name}.partial")
-    readers = uses_completion_lengths(fusion.sources)
     per_function = {s.name: Welford() for s in fusion.sources}
     fused_stats = Welford()
     effect = WeightEffect()
@@ -102,26 +149,8 @@ def score_rollouts_file(
     group_size = None
     masked: list[str] = []
     with tmp.open("w", encoding="utf-8") as out:
-        for batch in _batches(input_path, batch_size):
-            for lineno, row in batch:
-                if group_size is None:
-                    group_size = len(row["completions"])
-                    if group_size < 1:
-                        raise GrpoError(f"{input_path}:{lineno}: no completions")
-                if len(row["completions"]) != group_size:
-                    raise GrpoError(
-                        f"{input_path}:{lineno}: {len(row['completions'])} completions, expected {group_size} "
-                        "(every prompt needs the same group size)"
-                    )
-            rows = [row for _, row in batch]
-            reward_batch = RewardBatch.from_groups(
-                rows,
-                [c["text"] for row in rows for c in row["completions"]],
-                _completion_lengths(input_path, batch, count_tokens, readers),
-                group_size,
-                exclude=("completions",),
-            )
-            result = score_and_fuse(executor, fusion, reward_batch)
+        for rows, reward_batch, result in scored_batches(input_path, fusion, executor, batch_size, count_tokens):
+            group_size = reward_batch.group_size
             alerts.extend(result.alerts)
             masked = list(result.masked)
             fused = torch.tensor(result.fused, dtype=torch.float64)

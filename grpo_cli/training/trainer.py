@@ -15,10 +15,11 @@ from typing import Any
 
 import torch
 
-from grpo_cli.config.schema import TrainConfig
+from grpo_cli.config.schema import EvalMetricsConfig, TrainConfig
 from grpo_cli.config.validate import validate
 from grpo_cli.core.advantages import group_advantages
 from grpo_cli.core.checkpoint import (
+    BASE_MODEL_KEY,
     latest_checkpoint,
     load_checkpoint_state,
     resume_point,
@@ -30,7 +31,8 @@ from grpo_cli.core.precision import autocast_factory, effective_precision, gradi
 from grpo_cli.core.update import UpdateSettings, policy_update
 from grpo_cli.data import PromptSampler, load_examples, split_examples
 from grpo_cli.errors import GrpoError
-from grpo_cli.models import frozen_reference, load_policy, pick_device
+from grpo_cli.evaluation import SuccessRule
+from grpo_cli.models import frozen_reference, load_policy, pick_device, set_cpu_threads
 from grpo_cli.monitor import Observer, StepResult, truncate_metrics
 from grpo_cli.monitor.diversity import RepetitionAlert
 from grpo_cli.monitor.resources import peak_memory_mib
@@ -70,10 +72,7 @@ class GRPOTrainer:
             log.warning(warning)
         seed_everything(cfg.train.seed)
         self.device = pick_device(cfg.train.device)
-        if cfg.train.threads > 0:
-            torch.set_num_threads(cfg.train.threads)
-        elif cfg.model.kind == "tiny" and self.device.type == "cpu":
-            torch.set_num_threads(1)  # tiny ops are too small to split; threads only contend
+        set_cpu_threads(cfg.train.threads, cfg.model.kind, self.device)
         # Reward functions resolve first: a wrong import path fails before any model loads.
         self.reward_sources = resolve_reward_sources(cfg.reward.functions, cfg.train.device, cfg.sandbox)
         self.curriculum = RewardCurriculum(cfg.curriculum, cfg.reward.functions, cfg.train.steps)
@@ -202,11 +201,15 @@ class GRPOTrainer:
 
     @torch.no_grad()
     def evaluate(self, limit: int = EVAL_PROMPTS) -> dict[str, float]:
-        """Greedy answers on the held-out split; the fusion's running state is left alone."""
+        """Greedy answers on the held-out split, as `grpo eval` computes its greedy/* figures, under
+        `eval/`; the fusion's running state is left alone."""
         weights = self.curriculum.weights(max(self.step_index - 1, 0))  # those of the step just trained
-        return evaluate_greedy(
-            self.eval_examples[:limit], self.encoder, self.generator, self.reward_executor, self.reward_fusion, weights
+        rule = SuccessRule.resolve([s.name for s in self.reward_sources], None, EvalMetricsConfig.success_threshold)
+        examples = self.eval_examples[:limit]
+        metrics = evaluate_greedy(
+            examples, self.encoder, self.generator, self.reward_executor, self.reward_fusion, rule, limit, weights
         )
+        return {f"eval/{name}": value for name, value in metrics.items()}
 
     # ---- the loop ----------------------------------------------------------------------
     def train(self) -> list[dict[str, Any]]:
@@ -245,11 +248,17 @@ class GRPOTrainer:
 
     # ---- checkpoints -------------------------------------------------------------------
     def save(self) -> Path:
-        """Weights and tokenizer as Hugging Face files; optimizer, scheduler and TrainState beside them."""
+        """Weights (a LoRA run: its adapter only, peft's files) and tokenizer as Hugging Face files;
+        optimizer, scheduler and TrainState beside them."""
         directory = self.run_dir / "checkpoints" / f"step_{self.step_index:06d}"
         if latest_checkpoint(self.run_dir) == directory:
             return directory  # this step is already saved (save_every, then Ctrl-C or the end)
-        trainer_state = {"step": self.step_index, "config": asdict(self.cfg)}
+        trainer_state = {
+            "step": self.step_index,
+            "config": asdict(self.cfg),
+            # the starting model: a LoRA checkpoint is an adapter on it (`grpo export` finds it here)
+            BASE_MODEL_KEY: str(self.model_dir.resolve()),
+        }
         training_state = {
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),

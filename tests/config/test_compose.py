@@ -16,8 +16,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpo_cli.commands.entry import register_schemas
 from grpo_cli.config import TrainConfig, apply_smoke, validate
-from grpo_cli.config.schema import ScoreConfig
-from grpo_cli.config.validate import flatten
+from grpo_cli.config.schema import EvalConfig, ExportConfig, RolloutRunConfig, ScoreConfig
+from grpo_cli.config.validate import flatten, validate_eval, validate_rollout
 from grpo_cli.rewards import resolve_reward_sources
 from tests.conftest import REPO, read_metrics, run_grpo
 
@@ -119,6 +119,19 @@ def test_conf_primary_config_composes_and_validates(name: str, tiny_model_dir: P
         assert isinstance(score, ScoreConfig)
         assert score.reward.functions, "grpo score needs a default reward"
         assert resolve_reward_sources(score.reward.functions)
+        return
+    if name == "export":  # paths only: nothing to validate before they are given
+        assert OmegaConf.to_object(cfg) == ExportConfig()
+        return
+    if name == "rollout":
+        rollout = OmegaConf.to_object(cfg)
+        assert isinstance(rollout, RolloutRunConfig)
+        validate_rollout(rollout)
+        return
+    if name == "eval":
+        evaluation = OmegaConf.to_object(cfg)
+        assert isinstance(evaluation, EvalConfig)
+        validate_eval(evaluation)
         return
     assert name == TRAIN_SUBCOMMAND, f"conf/{name}.yaml: a primary config this test does not know"
     _fill_paths(cfg, tiny_model_dir, prompts_jsonl)

@@ -12,13 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from grpo_cli.config.schema import ScoreConfig, TrainConfig
+from grpo_cli.config.schema import EvalConfig, ExportConfig, RolloutRunConfig, ScoreConfig, TrainConfig
 from grpo_cli.config.validate import leaf_keys
 from tests.conftest import REPO, run_grpo
 
 CONF = REPO / "conf"
 KEY_LINE = re.compile(r"^(?P<indent> *)(?P<dash>- +)?(?P<key>[A-Za-z_]\w*):(?P<rest>(\s.*)?)$")
-PRIMARY = {TrainConfig: "train", ScoreConfig: "score"}
+PRIMARY = {
+    TrainConfig: "train",
+    ScoreConfig: "score",
+    RolloutRunConfig: "rollout",
+    EvalConfig: "eval",
+    ExportConfig: "export",
+}
 
 
 def _has_comment(rest: str) -> bool:
@@ -81,7 +87,7 @@ def conf_documented(primary: str) -> set[str]:
     return keys
 
 
-@pytest.mark.parametrize("schema", [TrainConfig, ScoreConfig], ids=lambda s: s.__name__)
+@pytest.mark.parametrize("schema", list(PRIMARY), ids=lambda s: s.__name__)
 def test_every_schema_key_has_a_commented_line_in_conf(schema: type) -> None:
     documented = conf_documented(PRIMARY[schema])
     missing = [key for key in leaf_keys(schema) if key not in documented]
@@ -128,6 +134,9 @@ def test_removing_a_line_from_conf_is_noticed() -> None:
     [
         ("train", TrainConfig, ["on_long_prompt: truncate_left", "resume_allow_changes: false", "normalize:"]),
         ("score", ScoreConfig, ["on_long_prompt: truncate_left", "batch_size: 64", "normalize:"]),
+        ("rollout", RolloutRunConfig, ["num_generations: 8", "resume: false", "split: all"]),
+        ("eval", EvalConfig, ["success_threshold: 1.0", "split: eval", "compare: null"]),
+        ("export", ExportConfig, ["checkpoint: null", "dtype: auto", "merge_lora: true"]),
     ],
 )
 def test_help_shows_every_section_and_the_new_keys(subcommand: str, schema: type, keys: list[str]) -> None:

@@ -13,7 +13,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from grpo_cli.config import validate
-from grpo_cli.config.schema import ScoreConfig, TrainConfig
+from grpo_cli.config.schema import EvalConfig, ExportConfig, RolloutRunConfig, ScoreConfig, TrainConfig
 from grpo_cli.config.validate import flatten
 from tests.conftest import run_grpo
 
@@ -25,7 +25,16 @@ def _composed(subcommand: str) -> dict:
     return OmegaConf.to_container(OmegaConf.create(result.stdout))
 
 
-@pytest.mark.parametrize(("subcommand", "schema"), [("train", TrainConfig), ("score", ScoreConfig)])
+@pytest.mark.parametrize(
+    ("subcommand", "schema"),
+    [
+        ("train", TrainConfig),
+        ("score", ScoreConfig),
+        ("rollout", RolloutRunConfig),
+        ("eval", EvalConfig),
+        ("export", ExportConfig),
+    ],
+)
 def test_schema_defaults_equal_the_composed_default_run(subcommand: str, schema: type) -> None:
     composed = flatten(_composed(subcommand))
     # Through OmegaConf like the composed side, so both hold the same plain types.
