@@ -164,7 +164,11 @@ def curves_figure(runs: list[tuple[str, list[dict]]]) -> Figure:
     """A 3×3 grid against step, one panel per figure a GRPO run is judged by (PANELS); several runs
     overlay, one colour each, named in a legend under the grid. Up to FEW_POINTS points a series
     is drawn with markers; longer ones faint raw plus `smooth` on top."""
-    fig = Figure(figsize=(15, 11), layout="constrained")
+    # Fixed margins, not layout="constrained": the solver re-measures every label and took half of
+    # the drawing time (0.8 of 1.5 s), paid at the end of every run.
+    fig = Figure(figsize=(15, 11))
+    fig.subplots_adjust(left=0.05, right=0.985, top=0.93, bottom=0.085 if len(runs) > 1 else 0.05)
+    fig.subplots_adjust(wspace=0.2, hspace=0.16)
     axes = fig.subplots(3, 3, sharex=True).ravel()
     palette: dict[str, str] = {}
     for ax, (title, ylabel, series) in zip(axes, PANELS):
@@ -178,7 +182,7 @@ def curves_figure(runs: list[tuple[str, list[dict]]]) -> Figure:
     how = " (faint: raw per step; solid: moving average)" if smoothed else ""
     if len(runs) > 1:
         handles = [Line2D([], [], color=f"C{r % 10}", linewidth=2, label=label) for r, (label, _) in enumerate(runs)]
-        fig.legend(handles=handles, loc="outside lower center", ncols=min(len(runs), 3))
+        fig.legend(handles=handles, loc="lower center", ncols=min(len(runs), 3))
         fig.suptitle(f"{len(runs)} runs{how}")
     else:
         fig.suptitle(f"{runs[0][0] if runs else 'run'}{how}")
