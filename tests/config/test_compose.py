@@ -7,6 +7,8 @@ Files are discovered on disk, so a new option or recipe is tested without editin
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -202,24 +204,26 @@ def _smoke_data_override(name: str, tmp_path: Path) -> list[str]:
     return [f"data.path={path}"]
 
 
+@pytest.fixture(scope="module")
+def smoke_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[Path, Future]]]:
+    """Every train recipe's smoke run, two at a time: each pays seconds of torch import, and one
+    process of the tiny model leaves the other core idle."""
+    with ThreadPoolExecutor(2) as pool:
+        runs = {}
+        for name in (n for n in _recipes() if _recipe_kind(n) == "train"):
+            tmp = tmp_path_factory.mktemp(name)
+            args = ["--config-dir", str(RECIPES), "-cn", name, "debug=smoke", "train.threads=1"]
+            args += [*_smoke_data_override(name, tmp), f"hydra.run.dir={tmp / 'run'}"]
+            runs[name] = (tmp / "run", pool.submit(run_grpo, "train", *args, timeout=300))
+        yield runs
+
+
 @pytest.mark.parametrize("name", _recipes())
-def test_recipe_runs_in_smoke_mode(name: str, tmp_path: Path) -> None:
+def test_recipe_runs_in_smoke_mode(name: str, smoke_runs: dict[str, tuple[Path, Future]]) -> None:
     if _recipe_kind(name) != "train":
         pytest.skip(f"recipes/{name}.yaml is not a primary config on train")
-    run_dir = tmp_path / "run"
-    extra = _smoke_data_override(name, tmp_path)
-    result = run_grpo(
-        "train",
-        "--config-dir",
-        str(RECIPES),
-        "-cn",
-        name,
-        "debug=smoke",
-        "train.threads=1",  # the tiny model is faster on one thread (2-core CI)
-        *extra,
-        f"hydra.run.dir={run_dir}",
-        timeout=300,
-    )
+    run_dir, future = smoke_runs[name]  # "train.threads=1": the tiny model is faster on one thread
+    result = future.result()
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
     saved = OmegaConf.load(run_dir / "config.yaml")
