@@ -23,17 +23,15 @@ from rich.table import Table
 from grpo_cli.config.schema import EvalConfig
 from grpo_cli.config.validate import validate_eval
 from grpo_cli.core.precision import effective_precision, weights_dtype
-from grpo_cli.data import load_examples, split_examples
+from grpo_cli.data import load_examples
 from grpo_cli.errors import GrpoError
 from grpo_cli.evaluation import ScoredSamples, SuccessRule, sample_metrics
-from grpo_cli.models import load_policy, load_tokenizer, pick_device, set_cpu_threads
+from grpo_cli.models import load_tokenizer, pick_device, set_cpu_threads
 from grpo_cli.monitor import write_summary
 from grpo_cli.rewards import RewardExecutor, RewardFusion, check_columns, resolve_reward_sources, reward_diagnostics
 from grpo_cli.rewards.batch import COMPLETION_LENGTHS
-from grpo_cli.rollout import HFGenerator
-from grpo_cli.rollout.prompts import PromptEncoder, context_length, fit_prompts
 from grpo_cli.scoring import scored_batches
-from grpo_cli.training.pipeline import evaluate_greedy, generate_and_score
+from grpo_cli.training.pipeline import evaluate_greedy, generate_and_score, load_sampling_model, select_split
 from grpo_cli.training.state import seed_everything
 
 log = logging.getLogger("grpo")
@@ -50,29 +48,25 @@ def _generated(
     precision, notice = effective_precision(cfg.precision, device)
     if notice:
         log.warning(notice)
-    examples = load_examples(cfg.data)
-    if cfg.split != "all":
-        train, held_out = split_examples(examples, cfg.data.eval_fraction, cfg.data.seed)
-        examples = train if cfg.split == "train" else held_out
+    examples = select_split(load_examples(cfg.data), cfg.split, cfg.data)
     check_columns(fusion.sources, list({k for ex in examples for k in ex if k != "prompt"}))
-    model, tokenizer, model_dir = load_policy(cfg.model, run_dir, cfg.seed, device, weights_dtype(precision))
-    encoder = PromptEncoder(tokenizer, cfg.data.max_prompt_tokens, device)
-    fitted, _ = fit_prompts(
-        {cfg.split: examples},
-        encoder,
-        cfg.data.max_prompt_tokens,
-        cfg.rollout.max_new_tokens,
-        context_length(model),
-        cfg.data.on_long_prompt,
+    loaded = load_sampling_model(
+        cfg.model,
+        cfg.data,
+        cfg.rollout,
+        cfg.split,
+        examples,
+        cfg.max_prompts,
+        run_dir,
+        cfg.seed,
+        device,
+        weights_dtype(precision),
     )
-    examples = fitted[cfg.split][: cfg.max_prompts or None]
-    if not examples:
-        raise GrpoError(f"split={cfg.split} of data={cfg.data.kind} selects no prompts")
-    generator = HFGenerator(model, tokenizer, cfg.rollout)
+    examples, encoder, generator, model_dir = loaded.examples, loaded.encoder, loaded.generator, loaded.model_dir
     group_size = cfg.rollout.num_generations
     samples = generate_and_score(examples, encoder, generator, executor, fusion, group_size, cfg.batch_size)
     greedy = evaluate_greedy(examples, encoder, generator, executor, fusion, rule, cfg.batch_size) if cfg.greedy else {}
-    del model, generator  # a multirun's next job starts from free memory
+    del loaded, generator  # a multirun's next job starts from free memory
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return samples, greedy, {"model": str(model_dir), "split": cfg.split}

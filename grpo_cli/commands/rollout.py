@@ -22,14 +22,12 @@ from grpo_cli import __version__
 from grpo_cli.commands.train import EXIT_INTERRUPTED
 from grpo_cli.config.schema import PrecisionConfig, RolloutRunConfig
 from grpo_cli.config.validate import validate_rollout
-from grpo_cli.data import load_examples, split_examples
-from grpo_cli.errors import GrpoError
-from grpo_cli.models import load_policy, pick_device, set_cpu_threads
+from grpo_cli.data import load_examples
+from grpo_cli.models import pick_device, set_cpu_threads
 from grpo_cli.monitor.progress import PromptProgress
-from grpo_cli.rollout import HFGenerator, Rollout
-from grpo_cli.rollout.prompts import PromptEncoder, context_length, fit_prompts
+from grpo_cli.rollout import Rollout
 from grpo_cli.rollout.stream import RolloutsFile, indexed_examples, meta_path, stream_rollouts, write_meta
-from grpo_cli.training.pipeline import generate_groups
+from grpo_cli.training.pipeline import generate_groups, load_sampling_model, select_split
 
 log = logging.getLogger("grpo")
 transformers.utils.logging.disable_progress_bar()  # the prompt bar is the one progress display
@@ -63,11 +61,7 @@ def rollout_settings(cfg: RolloutRunConfig, dtype: str, examples: list[dict[str,
 
 def select_examples(cfg: RolloutRunConfig) -> list[dict[str, Any]]:
     """The split's rows, each with its data set position; `train`/`eval` are exactly the trainer's."""
-    examples = indexed_examples(load_examples(cfg.data))
-    if cfg.split == "all":
-        return examples
-    train, held_out = split_examples(examples, cfg.data.eval_fraction, cfg.data.seed)
-    return train if cfg.split == "train" else held_out
+    return select_split(indexed_examples(load_examples(cfg.data)), cfg.split, cfg.data)
 
 
 def resume_command(output: Path) -> str:
@@ -83,21 +77,13 @@ def prepare(
     meta file records of this)."""
     device = pick_device(cfg.device)
     set_cpu_threads(cfg.threads, cfg.model.kind, device)
-    model, tokenizer, model_dir = load_policy(cfg.model, run_dir, cfg.seed, device, dtype)
-    encoder = PromptEncoder(tokenizer, cfg.data.max_prompt_tokens, device)
-    fitted, budget = fit_prompts(
-        {cfg.split: examples},
-        encoder,
-        cfg.data.max_prompt_tokens,
-        cfg.rollout.max_new_tokens,
-        context_length(model),
-        cfg.data.on_long_prompt,
+    loaded = load_sampling_model(
+        cfg.model, cfg.data, cfg.rollout, cfg.split, examples, cfg.max_prompts, run_dir, cfg.seed, device, dtype
     )
-    examples = fitted[cfg.split][: cfg.max_prompts or None]
-    if not examples:
-        raise GrpoError(f"split={cfg.split} of data={cfg.data.kind} selects no prompts")
-    generator = HFGenerator(model, tokenizer, cfg.rollout)
-    generate = partial(generate_groups, encoder=encoder, generator=generator, group_size=cfg.rollout.num_generations)
+    examples, model_dir, budget = loaded.examples, loaded.model_dir, loaded.budget
+    generate = partial(
+        generate_groups, encoder=loaded.encoder, generator=loaded.generator, group_size=cfg.rollout.num_generations
+    )
     facts = {
         "model_dir": str(Path(model_dir).resolve()),
         "device": str(device),

@@ -2,14 +2,68 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from grpo_cli.config.schema import DataConfig, ModelConfig, RolloutConfig
+from grpo_cli.data import split_examples
+from grpo_cli.errors import GrpoError
 from grpo_cli.evaluation import ScoredSamples, SuccessRule, sample_metrics
+from grpo_cli.models import load_policy
 from grpo_cli.rewards import FusionResult, RewardBatch, RewardExecutor, RewardFusion, score_and_fuse
-from grpo_cli.rollout import Generator, Rollout
-from grpo_cli.rollout.prompts import PromptEncoder
+from grpo_cli.rollout import Generator, HFGenerator, Rollout
+from grpo_cli.rollout.prompts import PromptBudget, PromptEncoder, context_length, fit_prompts
+
+
+def select_split(examples: list[dict[str, Any]], split: str, data: DataConfig) -> list[dict[str, Any]]:
+    """`all`, or the trainer's own `train`/`eval` side of `data.eval_fraction` (same seed, same rows)."""
+    if split == "all":
+        return examples
+    train, held_out = split_examples(examples, data.eval_fraction, data.seed)
+    return train if split == "train" else held_out
+
+
+@dataclass
+class SamplingModel:
+    """A model ready to sample a split's prompts: what `grpo rollout` and `grpo eval` load."""
+
+    model_dir: Path  # the starting model's directory
+    encoder: PromptEncoder
+    generator: HFGenerator
+    examples: list[dict[str, Any]]  # the split's prompts fitted to the context, at most max_prompts
+    budget: PromptBudget
+
+
+def load_sampling_model(
+    model: ModelConfig,
+    data: DataConfig,
+    rollout: RolloutConfig,
+    split: str,
+    examples: list[dict[str, Any]],
+    max_prompts: int,
+    run_dir: Path,
+    seed: int,
+    device: torch.device,
+    dtype: str,
+) -> SamplingModel:
+    """Load the model and fit the prompts to its context exactly as the trainer does."""
+    policy, tokenizer, model_dir = load_policy(model, run_dir, seed, device, dtype)
+    encoder = PromptEncoder(tokenizer, data.max_prompt_tokens, device)
+    fitted, budget = fit_prompts(
+        {split: examples},
+        encoder,
+        data.max_prompt_tokens,
+        rollout.max_new_tokens,
+        context_length(policy),
+        data.on_long_prompt,
+    )
+    kept = fitted[split][: max_prompts or None]
+    if not kept:
+        raise GrpoError(f"split={split} of data={data.kind} selects no prompts")
+    return SamplingModel(Path(model_dir), encoder, HFGenerator(policy, tokenizer, rollout), kept, budget)
 
 
 @torch.no_grad()
