@@ -251,6 +251,16 @@ class DebugConfig:
 
 
 @dataclass
+class EvalMetricsConfig:
+    """`eval.*`: when a completion counts as solved (`grpo eval`, and `train.eval_every`'s
+    eval/accuracy), and which pass@k `grpo eval` reports."""
+
+    success: str | None = None  # reward function whose raw score decides; None: the first of reward.functions
+    success_threshold: float = 1.0  # solved when that score >= this
+    k: list[int] = field(default_factory=lambda: [1, 5])  # pass@k for each; every k <= rollout.num_generations
+
+
+@dataclass
 class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -264,6 +274,7 @@ class TrainConfig:
     train: TrainLoopConfig = field(default_factory=TrainLoopConfig)
     guard: GuardConfig = field(default_factory=GuardConfig)
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
+    eval: EvalMetricsConfig = field(default_factory=EvalMetricsConfig)  # train.eval_every's success rule
     debug: DebugConfig = field(default_factory=DebugConfig)
 
 
@@ -280,16 +291,6 @@ class ScoreConfig:
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     data: DataConfig = field(default_factory=DataConfig)  # unused: reward options may select data
     algo: AlgoConfig = field(default_factory=AlgoConfig)
-
-
-@dataclass
-class EvalMetricsConfig:
-    """`eval.*` of `grpo eval`: when a completion counts as solved, and which pass@k to report.
-    The trainer's `eval/accuracy` uses the defaults (the first function, at the same threshold)."""
-
-    success: str | None = None  # reward function whose raw score decides; None: the first of reward.functions
-    success_threshold: float = 1.0  # solved when that score >= this
-    k: list[int] = field(default_factory=lambda: [1, 5])  # pass@k for each; every k <= rollout.num_generations
 
 
 @dataclass

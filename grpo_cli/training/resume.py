@@ -23,6 +23,7 @@ RESUMABLE_CHANGES = (
     "train.device",
     "train.threads",
     "monitor.",
+    "eval.",
     "guard.",
     "debug.",
     "reward.num_workers",

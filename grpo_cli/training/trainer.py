@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from grpo_cli.config.schema import EvalMetricsConfig, TrainConfig
+from grpo_cli.config.schema import TrainConfig
 from grpo_cli.config.validate import validate
 from grpo_cli.core.advantages import group_advantages
 from grpo_cli.core.checkpoint import (
@@ -75,6 +75,8 @@ class GRPOTrainer:
         set_cpu_threads(cfg.train.threads, cfg.model.kind, self.device)
         # Reward functions resolve first: a wrong import path fails before any model loads.
         self.reward_sources = resolve_reward_sources(cfg.reward.functions, cfg.train.device, cfg.sandbox)
+        names = [source.name for source in self.reward_sources]  # an unknown eval.success fails here
+        self.success = SuccessRule.resolve(names, cfg.eval.success, cfg.eval.success_threshold)
         self.curriculum = RewardCurriculum(cfg.curriculum, cfg.reward.functions, cfg.train.steps)
         train_examples, eval_examples = split_examples(load_examples(cfg.data), cfg.data.eval_fraction, cfg.data.seed)
         check_columns(self.reward_sources, list({k for ex in train_examples for k in ex if k != "prompt"}))
@@ -204,10 +206,16 @@ class GRPOTrainer:
         """Greedy answers on the held-out split, as `grpo eval` computes its greedy/* figures, under
         `eval/`; the fusion's running state is left alone."""
         weights = self.curriculum.weights(max(self.step_index - 1, 0))  # those of the step just trained
-        rule = SuccessRule.resolve([s.name for s in self.reward_sources], None, EvalMetricsConfig.success_threshold)
         examples = self.eval_examples[:limit]
         metrics = evaluate_greedy(
-            examples, self.encoder, self.generator, self.reward_executor, self.reward_fusion, rule, limit, weights
+            examples,
+            self.encoder,
+            self.generator,
+            self.reward_executor,
+            self.reward_fusion,
+            self.success,
+            limit,
+            weights,
         )
         return {f"eval/{name}": value for name, value in metrics.items()}
 

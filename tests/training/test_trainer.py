@@ -85,6 +85,22 @@ def test_evaluation_scores_a_group_of_one(tmp_path: Path, setting: str) -> None:
     assert read_metrics(tmp_path)[0]["eval/reward/mean"] == trainer.history[0]["eval/reward/mean"]
 
 
+def test_eval_success_picks_the_function_eval_accuracy_counts(tmp_path: Path) -> None:
+    """`length` (first) scores every answer >= 1 character: solved under the default rule; with
+    eval.success=exact_match the accuracy is the exact-match rate instead. A typo fails in setup."""
+    cfg = small_config(steps=1, eval_every=1)
+    length = RewardFunctionConfig(name="length", target="tests.rewards.pool_functions:length")
+    cfg.reward.functions = [length, RewardFunctionConfig(name="exact_match", target="exact_match")]
+    default = run(cfg, tmp_path / "default").history[0]
+    assert default["eval/accuracy"] == 1.0
+    cfg.eval.success = "exact_match"
+    chosen = run(cfg, tmp_path / "exact").history[0]
+    assert chosen["eval/accuracy"] == chosen["eval/reward/exact_match/mean"] < 1.0
+    cfg.eval.success = "exact_mtch"
+    with pytest.raises(GrpoError, match="did you mean exact_match"):
+        GRPOTrainer(cfg, tmp_path / "typo").setup()
+
+
 class InterruptAt:
     """Ctrl-C while the observers of a step run, before the metrics line is written."""
 
