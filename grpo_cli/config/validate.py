@@ -418,6 +418,7 @@ def apply_smoke(cfg: TrainConfig) -> None:
     cfg.precision.dtype = "fp32"
     cfg.precision.autocast = False
     cfg.train.steps = d.steps
+    cfg.monitor.plots = False  # two steps draw no curve; the pictures would cost more than the run
     cfg.train.prompts_per_step = d.prompts_per_step
     cfg.train.grad_accum_steps = 1
     cfg.train.save_every = 0

@@ -8,6 +8,8 @@ indentation, `- key:` opens a list element (written `name[]` in the path).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -129,18 +131,27 @@ def test_removing_a_line_from_conf_is_noticed() -> None:
     assert "train.resume_allow_changes" not in documented_keys(text.replace(line, uncommented))
 
 
-@pytest.mark.parametrize(
-    ("subcommand", "schema", "keys"),
-    [
-        ("train", TrainConfig, ["on_long_prompt: truncate_left", "resume_allow_changes: false", "normalize:"]),
-        ("score", ScoreConfig, ["on_long_prompt: truncate_left", "batch_size: 64", "normalize:"]),
-        ("rollout", RolloutRunConfig, ["num_generations: 8", "resume: false", "split: all"]),
-        ("eval", EvalConfig, ["success_threshold: 1.0", "split: eval", "compare: null"]),
-        ("export", ExportConfig, ["checkpoint: null", "dtype: auto", "merge_lora: true"]),
-    ],
-)
-def test_help_shows_every_section_and_the_new_keys(subcommand: str, schema: type, keys: list[str]) -> None:
-    result = run_grpo(subcommand, "--help", timeout=300)
+HELP_CASES = [
+    ("train", TrainConfig, ["on_long_prompt: truncate_left", "resume_allow_changes: false", "normalize:"]),
+    ("score", ScoreConfig, ["on_long_prompt: truncate_left", "batch_size: 64", "normalize:"]),
+    ("rollout", RolloutRunConfig, ["num_generations: 8", "resume: false", "split: all"]),
+    ("eval", EvalConfig, ["success_threshold: 1.0", "split: eval", "compare: null"]),
+    ("export", ExportConfig, ["checkpoint: null", "dtype: auto", "merge_lora: true"]),
+]
+
+
+@pytest.fixture(scope="module")
+def help_runs() -> Iterator[dict[str, Future]]:
+    """Every subcommand's --help, two processes at a time: each pays seconds of start-up."""
+    with ThreadPoolExecutor(2) as pool:
+        yield {name: pool.submit(run_grpo, name, "--help", timeout=300) for name, _, _ in HELP_CASES}
+
+
+@pytest.mark.parametrize(("subcommand", "schema", "keys"), HELP_CASES)
+def test_help_shows_every_section_and_the_new_keys(
+    subcommand: str, schema: type, keys: list[str], help_runs: dict[str, Future]
+) -> None:
+    result = help_runs[subcommand].result()
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
     sections = {key.split(".")[0].split("[")[0] for key in leaf_keys(schema)}

@@ -99,6 +99,7 @@ def test_two_step_hf_model_with_kl_and_reuse_writes_every_output(tmp_path, tiny_
 def test_same_seed_same_run(tmp_path):
     """Seeded and repeatable on CPU: two runs with one seed log the same numbers."""
     args = ["train.steps=3", "train.prompts_per_step=4", "rollout.num_generations=4", "algo.beta=0.04"]
+    args.append("monitor.plots=false")  # not what this tests
     with ThreadPoolExecutor(2) as pool:  # two processes at once: same numbers whatever the machine's load
         results = list(pool.map(lambda name: run_grpo("train", *args, f"hydra.run.dir={tmp_path / name}"), "ab"))
     runs = []

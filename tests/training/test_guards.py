@@ -85,6 +85,7 @@ def test_repeated_non_finite_steps_stop_with_the_last_good_weights(tmp_path: Pat
 def test_pause_exits_75_with_the_resume_command_and_the_resume_continues(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     args = ["train.steps=4", "train.prompts_per_step=4", "rollout.num_generations=4", "monitor.console=quiet"]
+    args.append("monitor.plots=false")  # not what this tests
     guard = ["guard.action=pause", "guard.reward_cv_threshold=0.01", "guard.patience=2"]
     paused = run_grpo("train", *args, *guard, f"hydra.run.dir={run_dir}")
     assert paused.returncode == EXIT_PAUSED, paused.stderr[-3000:]
