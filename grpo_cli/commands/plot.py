@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.monitor.plots import curves_figure, draw_run_plots, find_runs, read_metrics_rows, save_figure
+from grpo_cli.monitor.files import read_metrics_rows
+from grpo_cli.monitor.plots import curves_figure, draw_run_plots, find_runs, save_figure
 
 DEFAULT_OVERLAY = Path("curves_overlay.png")
 EXIT_BAD_INPUT = 2  # as argparse exits on a bad argument: both are the user's input

@@ -97,20 +97,6 @@ def token_logprobs_and_entropy(
     return flat.view(ids.shape), entropy.view(ids.shape) if with_entropy else entropy
 
 
-def completion_logprobs(
-    model: PreTrainedModel,
-    prompt_ids: torch.Tensor,
-    prompt_mask: torch.Tensor,
-    completion_ids: torch.Tensor,
-    completion_mask: torch.Tensor,
-    temperature: float = 1.0,
-) -> torch.Tensor:
-    """log pi(y_t | x, y_<t) for every completion token, [B, C], in float32."""
-    return completion_logprobs_and_entropy(
-        model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature, with_entropy=False
-    )[0]
-
-
 def completion_logprobs_and_entropy(
     model: PreTrainedModel,
     prompt_ids: torch.Tensor,

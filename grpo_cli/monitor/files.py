@@ -8,7 +8,10 @@ import os
 from pathlib import Path
 from typing import IO, Any
 
+from grpo_cli.errors import GrpoError
 from grpo_cli.monitor.observer import StepResult
+
+METRICS = "metrics.jsonl"  # in the run directory: one JSON object per finished step
 
 
 def _finite_or_none(value: Any) -> Any:
@@ -72,9 +75,34 @@ def truncate_metrics(path: Path, last_step: int) -> list[dict[str, Any]]:
     path = Path(path)
     if not path.exists():
         return []
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = read_metrics_rows(path.parent, path.name)  # a crash may have left half a last line: dropped
     kept = [row for row in rows if row.get("step", 0) <= last_step]
     tmp = path.with_suffix(".jsonl.tmp")
     tmp.write_text("".join(json.dumps(row) + "\n" for row in kept), encoding="utf-8")
     os.replace(tmp, path)
     return kept
+
+
+def read_metrics_rows(run_dir: Path, name: str = METRICS) -> list[dict]:
+    """A running run may be caught mid-write: its last line, if it has no newline yet, is skipped.
+    Any other line that is not a JSON object is an error naming FILE:LINE."""
+    path = Path(run_dir) / name
+    if not path.is_file():
+        raise GrpoError(f"{path}: not found; {run_dir} is not a run directory (or has not finished a step)")
+    # bytes, then decode: the cut may fall inside a multibyte character of the last line
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    lines = text.splitlines()
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            if number == len(lines) and not text.endswith("\n"):
+                break  # written but not yet flushed to its newline
+            raise GrpoError(f"{path}:{number}: not a JSON line ({err.msg})") from None
+        if not isinstance(row, dict):
+            raise GrpoError(f"{path}:{number}: not a JSON object")
+        rows.append(row)
+    return rows

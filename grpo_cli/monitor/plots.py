@@ -7,7 +7,6 @@ training process, no GUI backend to pick on a headless node; `Figure.savefig` re
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
@@ -21,8 +20,8 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.monitor.files import METRICS, read_metrics_rows
 
-METRICS = "metrics.jsonl"
 SMOOTH_FRACTION = 0.05  # moving-average window as a share of a series' points
 FEW_POINTS = 30  # up to this many points a series is drawn with markers and not smoothed
 LINESTYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 3)), (0, (8, 2)))
@@ -49,31 +48,6 @@ PANELS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
     ("repetition", "rate", (("repetition/rate", "rate"),)),
 )
 NAN_FRAC = re.compile(r"reward/(?P<fn>[^/]+)/nan_frac")
-
-
-def read_metrics_rows(run_dir: Path) -> list[dict]:
-    """A running run may be caught mid-write: its last line, if it has no newline yet, is skipped.
-    Any other line that is not a JSON object is an error naming FILE:LINE."""
-    path = Path(run_dir) / METRICS
-    if not path.is_file():
-        raise GrpoError(f"{path}: not found; {run_dir} is not a run directory (or has not finished a step)")
-    # bytes, then decode: the cut may fall inside a multibyte character of the last line
-    text = path.read_bytes().decode("utf-8", errors="replace")
-    lines = text.splitlines()
-    rows = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            if number == len(lines) and not text.endswith("\n"):
-                break  # written but not yet flushed to its newline
-            raise GrpoError(f"{path}:{number}: not a JSON line ({err.msg})") from None
-        if not isinstance(row, dict):
-            raise GrpoError(f"{path}:{number}: not a JSON object")
-        rows.append(row)
-    return rows
 
 
 def _number(value: object) -> float:

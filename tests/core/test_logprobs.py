@@ -13,7 +13,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from grpo_cli.core.logprobs import completion_logprobs, token_logprobs, token_logprobs_and_entropy
+from grpo_cli.core.logprobs import completion_logprobs_and_entropy, token_logprobs, token_logprobs_and_entropy
 
 T = 0.7
 PROMPT_LENGTHS = [5, 2, 4, 1]
@@ -56,7 +56,7 @@ def naive_logprobs(model, prompt: torch.Tensor, completion: torch.Tensor) -> tor
 def test_padded_batch_matches_each_sequence_alone(model, batch) -> None:
     prompts, completions, tensors = batch
     with torch.no_grad():
-        batched = completion_logprobs(model, *tensors, temperature=T)
+        batched, _ = completion_logprobs_and_entropy(model, *tensors, temperature=T, with_entropy=False)
         assert batched.dtype == torch.float32 and batched.shape == tensors[2].shape
         for i, (x, y) in enumerate(zip(prompts, completions)):
             torch.testing.assert_close(batched[i, : len(y)], naive_logprobs(model, x, y), atol=1e-6, rtol=0)
@@ -69,7 +69,8 @@ def test_gradients_match_the_naive_path(model, batch) -> None:
     param = model.get_input_embeddings().weight
 
     model.zero_grad()
-    (completion_logprobs(model, *tensors, temperature=T) * completion_mask).sum().backward()
+    logps, _ = completion_logprobs_and_entropy(model, *tensors, temperature=T, with_entropy=False)
+    (logps * completion_mask).sum().backward()
     chunked = param.grad.clone()
 
     model.zero_grad()

@@ -12,7 +12,8 @@ from matplotlib.image import imread
 
 from grpo_cli.commands.plot import main as plot_main
 from grpo_cli.errors import GrpoError
-from grpo_cli.monitor.plots import curves_figure, find_runs, nan_heatmap_figure, read_metrics_rows
+from grpo_cli.monitor.files import read_metrics_rows
+from grpo_cli.monitor.plots import curves_figure, find_runs, nan_heatmap_figure
 from tests.conftest import run_grpo
 
 # Three steps as the trainer writes them: kl null throughout (beta=0), format's mean null at step 2
