@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from grpo_cli.rewards.answers import answer_partial_credit, exact_match, last_number
-from grpo_cli.rewards.code.rewards import code_compiles, code_similarity, code_style, code_tests
+from grpo_cli.rewards.code.rewards import code_compiles, code_efficiency, code_similarity, code_style, code_tests
 from grpo_cli.rewards.math_answer import math_answer
 from grpo_cli.rewards.structure import overlong, repetition, think_answer_format
 
@@ -17,6 +17,7 @@ __all__ = [
     "BUILTIN_REWARDS",
     "answer_partial_credit",
     "code_compiles",
+    "code_efficiency",
     "code_similarity",
     "code_style",
     "code_tests",
@@ -41,4 +42,5 @@ BUILTIN_REWARDS: dict[str, Callable[..., list[float | None]]] = {
     "code_tests": code_tests,
     "code_style": code_style,
     "code_similarity": code_similarity,
+    "code_efficiency": code_efficiency,  # bytecode instructions against the reference's; weight 0 in reward=code
 }

@@ -12,28 +12,40 @@ capped input. Importing this module starts nothing: the sandbox is built on the 
 from __future__ import annotations
 
 import atexit
+import builtins
 import dataclasses
+import functools
 import math
+import random
 import re
 import threading
 import time
+import types
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 from grpo_cli.config.schema import SandboxConfig
 from grpo_cli.rewards.code.tasks import (
-    PASSED,
+    EQUAL,
+    REMOTE,
+    TALLY,
     CallCase,
+    UnitTally,
     assemble_program,
     check_units,
     compiles,
     output_lines,
     parse_test_list,
+    prompt_definitions,
     prompt_text,
+    reaches_into_interpreter,
     strict_equal,
     strip_fences,
+    test_setup,
 )
 
 BATCH_TIMEOUT_S = 50.0  # a batch's wall clock for code_tests; below the executor's 60 s default watchdog
@@ -227,106 +239,262 @@ def code_similarity(
 
 # ---- unit tests in the sandbox -----------------------------------------------------------
 
+CODE_TEST_MODES = ("fraction", "all")  # code_tests kwargs.mode: share of units passed | 1 only if all pass
+VERDICT_MEMO_SIZE = 4096  # recent code_tests verdicts code_efficiency reuses (it skips failing completions)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One row's tests in whichever public shape it has, as the sandbox runs them."""
+
+    prompt: Any
+    entry_point: str | None
+    test: str | None  # HumanEval check(candidate)
+    test_list: tuple[str, ...]  # MBPP asserts, challenge_test_list included
+    io: tuple[tuple[str, str], ...]  # (stdin, expected stdout) pairs
+    setup: str  # MBPP test_imports + test_setup_code: before the candidate, and before the asserts
+
+    @classmethod
+    def from_row(cls, prompt: Any, entry_point: Any, test: Any, test_list: Any, io: Any, row: dict[str, Any]) -> Task:
+        asserts = [*(test_list or []), *(row.get("challenge_test_list") or [])]
+        pairs = tuple((str(c.get("input", "")), str(c.get("output", ""))) for c in (io or []))
+        setup = test_setup(row.get("test_setup_code"), row.get("test_imports"))
+        return cls(prompt, entry_point or None, test or None, tuple(map(str, asserts)), pairs, setup)
+
+    @property
+    def runnable(self) -> bool:
+        return bool(self.test or self.test_list or self.io)
+
+    def program(self, code: str) -> str:
+        return assemble_program(self.prompt, code, None if self.io else self.entry_point)
+
+    def key(self) -> tuple[Any, ...]:
+        return (prompt_definitions(self.prompt), self.entry_point, self.test, self.test_list, self.io, self.setup)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one program did on its task's tests: `passed` of `units` counted units; `finished`
+    when the tests ran to their end; `cost`, when counted, the bytecode instructions executed."""
+
+    passed: int
+    units: int
+    finished: bool
+    cost: int | None = None
+
+    @property
+    def all_passed(self) -> bool:
+        return self.finished and self.units > 0 and self.passed == self.units
+
+    def score(self, mode: str) -> float:
+        if mode == "all":
+            return float(self.all_passed)
+        return self.passed / self.units if self.units else 0.0
+
+
+FAILED = Verdict(0, 1, False)  # whatever the candidate caused before any unit could run
+
+
+def _private_random(seed: int = 0) -> types.ModuleType:
+    """A `random` module of its own, seeded: a check that draws random inputs draws the same ones
+    on every run (so scores repeat, and the reference meets the candidate's inputs), and never
+    moves the trainer's global generator."""
+    rng = random.Random(seed)
+    module = types.ModuleType("random")
+    for name in dir(random):
+        attr = getattr(random, name)
+        bound_to_global = getattr(attr, "__self__", None) is getattr(random, "_inst", None)
+        setattr(module, name, getattr(rng, name) if bound_to_global else attr)
+    return module
+
+
+def _trusted_namespace(definitions: str) -> dict[str, Any]:
+    """Globals for trusted test code: strict `==`, a private seeded `random`, and `definitions`
+    (the prompt's helpers, the task's set-up) already run. The dataset's bug if they raise."""
+    private = _private_random()
+    real_import = builtins.__import__
+
+    def import_(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
+        if name == "random" and level == 0:
+            return private
+        return real_import(name, globals, locals, fromlist, level)
+
+    namespace: dict[str, Any] = {
+        "__builtins__": {**vars(builtins), "__import__": import_},
+        "__name__": "__grpo_check__",
+        EQUAL: strict_equal,
+        "math": math,  # MBPP asserts use math.isclose with the reference's own `import math` in scope
+    }
+    if definitions.strip():
+        exec(compile(definitions, "<task definitions>", "exec"), namespace)
+    return namespace
+
 
 class _Candidate:
-    """What trusted test code sees as the candidate function: every call goes to the sandbox.
+    """What trusted test code sees as the candidate function: every call goes to the sandbox, and
+    is counted in the tally (a unit without one is not a unit).
 
     A harness fault is remembered, so test code that swallows exceptions cannot hide it. So is
-    the score at the first fatal failure (timeout, crash, flood, protocol): from then on every
-    call raises, and a unit like `try: candidate(-1) except Exception: pass` (meant to check that
-    the candidate raises) must not pass because the candidate hung or died instead.
+    the units passed at the first fatal failure (timeout, crash, flood, protocol): from then on
+    every call raises, and a unit like `try: candidate(-1) except Exception: pass` (meant to check
+    that the candidate raises) must not pass because the candidate hung or died instead.
     """
 
-    def __init__(self, session: Any, name: str, progress: Callable[[], int] = lambda: 0) -> None:
+    def __init__(self, session: Any, name: str, tally: UnitTally) -> None:
         self._session = session
         self.__name__ = name
         self.fault: BaseException | None = None
         self.passed_before_death: int | None = None
-        self._progress = progress
+        self._tally = tally
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._send(lambda: self._session.call(*args, **kwargs))
+
+    def remote(self, expression: str) -> Any:
+        return self._send(lambda: self._session.evaluate(expression))
+
+    def _send(self, request: Callable[[], Any]) -> Any:
         from grpo_cli.rewards.code.sandbox import CandidateFailure, HarnessFault
 
+        self._tally.called()
         if self.fault is not None:
             raise self.fault
         try:
-            return self._session.call(*args, **kwargs)
+            return request()
         except HarnessFault as err:
             self.fault = err
             raise
         except CandidateFailure as err:
             if err.kind != "raised" and self.passed_before_death is None:
-                self.passed_before_death = self._progress()
+                self.passed_before_death = self._tally.passed
             raise
 
 
-def _run_check(sandbox: Any, program: str, entry_point: str, test: str) -> float:
-    """HumanEval `check(candidate)`, exec'd here (trusted dataset code): the share of its
-    assert-holding statements that pass (see `check_units`)."""
-    source, units = check_units(test)
-    namespace: dict[str, Any] = {PASSED: 0, "__name__": "__grpo_check__"}
-    with sandbox.session(program, entry_point) as session:
-        candidate = _Candidate(session, entry_point, lambda: namespace[PASSED])
+def _run_check(sandbox: Any, task: Task, program: str, count: bool) -> Verdict:
+    """HumanEval `check(candidate)`, exec'd here (trusted dataset code) with the prompt's helpers
+    in scope and the entry point's own name bound to the candidate (see `check_units`)."""
+    source, units = check_units(str(task.test))
+    tally = UnitTally()
+    namespace = _trusted_namespace(f"{task.setup}\n{prompt_definitions(task.prompt)}")
+    with sandbox.session(program, task.entry_point, task.setup, count) as session:
+        candidate = _Candidate(session, str(task.entry_point), tally)
+        namespace.update({TALLY: tally, str(task.entry_point): candidate})
         exec(compile(source, "<test>", "exec"), namespace)
         try:
             namespace["check"](candidate)
-            returned = True
-        except Exception:  # a failed setup statement: the units not reached count as failed
-            returned = False
+            finished = True
+        except Exception:  # a failed set-up statement: the units not reached count as failed
+            finished = False
     if candidate.fault is not None:
         raise candidate.fault
+    counted = units - tally.idle
     if candidate.passed_before_death is not None:  # units "passed" after the session died do not count
-        return candidate.passed_before_death / units if units else 0.0
-    return namespace[PASSED] / units if units else float(returned)
+        return Verdict(candidate.passed_before_death, max(counted, 1), False)
+    if counted <= 0:  # no unit exercised it: returning after calling it at all is the one unit
+        return Verdict(int(finished and tally.calls > 0), 1, finished, session.cost if count else None)
+    return Verdict(tally.passed, counted, finished, session.cost if count else None)
 
 
-def _run_test_list(sandbox: Any, program: str, entry_point: str, asserts: list[str]) -> float:
+def _run_test_list(sandbox: Any, task: Task, program: str, count: bool) -> Verdict:
     """MBPP asserts: (call, expected) pairs compared here with `strict_equal`; other asserts
-    exec'd here with the entry point bound to the sandboxed candidate."""
-    cases = parse_test_list(list(asserts), entry_point)
-    passed = 0
-    with sandbox.session(program, entry_point) as session:
-        candidate = _Candidate(session, entry_point)
+    exec'd here after the set-up code, `==` strict, the entry point's calls evaluated in the
+    sandbox. An assert that never calls the candidate is not counted."""
+    entry_point = str(task.entry_point)
+    cases = parse_test_list(list(task.test_list), entry_point)
+    tally = UnitTally()
+    namespace = _trusted_namespace(task.setup)
+    with sandbox.session(program, entry_point, task.setup, count) as session:
+        candidate = _Candidate(session, entry_point, tally)
+        namespace.update({entry_point: candidate, REMOTE: candidate.remote})
         for case in cases:
             try:
                 if isinstance(case, CallCase):
-                    passed += strict_equal(candidate(*case.args, **case.kwargs), case.expected)
+                    passed = strict_equal(candidate(*case.args, **case.kwargs), case.expected)
                 else:
-                    exec(compile(case.source, "<test_list>", "exec"), {entry_point: candidate, "math": math})
-                    passed += 1
+                    exec(compile(case.code, "<test_list>", "exec"), namespace)
+                    passed = True
             except Exception:  # CandidateFailure (this case fails) or a failed assert
                 if candidate.fault is not None:
                     raise candidate.fault from None
-    return passed / len(cases)
+                passed = False
+            tally.unit(passed)
+    counted = len(cases) - tally.idle
+    return Verdict(tally.passed, max(counted, 1), True, session.cost if count else None)
 
 
-def _run_io(sandbox: Any, program: str, cases: list[dict[str, str]]) -> float:
+def _run_io(sandbox: Any, task: Task, program: str, count: bool) -> Verdict:
     """Stdin/stdout pairs: the full list of normalised output lines must match, count included.
     A timeout ends the completion's turn (the cases left count as failed), so a hostile
     program costs one timeout, not one per case."""
-    passed = 0
-    for case in cases:
-        result = sandbox.run_program(program, str(case.get("input", "")))
+    passed, costs = 0, []
+    for stdin, expected in task.io:
+        result = sandbox.run_program(program, stdin, count)
         if result.timed_out:
             break
-        passed += result.exit_code == 0 and output_lines(result.stdout) == output_lines(str(case.get("output", "")))
-    return passed / len(cases)
+        passed += result.exit_code == 0 and output_lines(result.stdout) == output_lines(expected)
+        costs.append(result.cost)
+    counted = None if not count or None in costs else sum(costs)
+    return Verdict(passed, len(task.io), True, counted)
 
 
-def _judge(sandbox: Any, program: str, entry_point: str | None, test: Any, test_list: Any, io: Any) -> float | None:
-    """One completion's pass rate; 0 for whatever the candidate causes, None for a harness fault."""
+def _judge(sandbox: Any, task: Task, program: str, count: bool = False) -> Verdict | None:
+    """One program's verdict; whatever the candidate causes fails it, a harness fault gives None."""
     from grpo_cli.rewards.code.sandbox import CandidateFailure, HarnessFault
 
     try:
-        if io:
-            return _run_io(sandbox, program, list(io))
-        if test:
-            return _run_check(sandbox, program, str(entry_point), str(test))
-        return _run_test_list(sandbox, program, str(entry_point), list(test_list))
+        if task.io:
+            return _run_io(sandbox, task, program, count)
+        if task.test:
+            return _run_check(sandbox, task, program, count)
+        return _run_test_list(sandbox, task, program, count)
     except HarnessFault:
         return None
     except CandidateFailure:  # could not start, died, timed out, broke the protocol
-        return 0.0
+        return FAILED
+
+
+class _VerdictMemo:
+    """The last few thousand verdicts, by (sandbox settings, program, task): code_efficiency reads
+    code_tests' verdicts of the same batch and does not run a completion that failed."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: OrderedDict[tuple[Any, ...], Verdict] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[Any, ...]) -> Verdict | None:
+        with self._lock:
+            return self._items.get(key)
+
+    def put(self, key: tuple[Any, ...], verdict: Verdict) -> None:
+        with self._lock:
+            self._items[key] = verdict
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+
+_VERDICTS = _VerdictMemo(VERDICT_MEMO_SIZE)
+
+
+def _tasks(
+    prompts: list[Any], n: int, entry_point: Any, test: Any, test_list: Any, io: Any, columns: dict[str, Any]
+) -> list[Task]:
+    entry_point, test, test_list, io = (_column(c, n) for c in (entry_point, test, test_list, io))
+    extra = {name: _column(columns.get(name), n) for name in ("challenge_test_list", "test_setup_code", "test_imports")}
+    tasks = []
+    for i in range(n):
+        row = {name: values[i] for name, values in extra.items()}
+        task = Task.from_row(prompts[i], entry_point[i], test[i], test_list[i], io[i], row)
+        if (task.test or task.test_list) and not task.io and not task.entry_point:
+            raise ValueError(f"code_tests: row {i} has function tests but no entry_point")
+        tasks.append(task)
+    return tasks
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in CODE_TEST_MODES:
+        raise ValueError(f"code_tests kwargs.mode={mode!r}: expected one of {', '.join(CODE_TEST_MODES)}")
 
 
 def _run_batch(jobs: dict[int, Callable[[], float | None]], workers: int, deadline_s: float) -> dict[int, Any]:
@@ -369,12 +537,16 @@ def code_tests(
     test_list: list[list[str] | None] | None = None,
     io: list[list[dict[str, str]] | None] | None = None,
     *,
+    mode: str = "fraction",
     batch_timeout_s: float = BATCH_TIMEOUT_S,
     **settings: Any,
 ) -> list[float | None]:
-    """Unit-test pass rate in the sandbox, 0-1, from whichever test shape the row has:
-    `test` (share of check()'s assert statements that pass), `test_list` (share of asserts) or
-    `io` (share of stdin/stdout cases). A row without tests scores None (nothing to judge).
+    """Unit tests in the sandbox, from whichever public shape the row has: `test` (HumanEval's
+    check(candidate), one unit per assert statement), `test_list` (MBPP asserts, plus
+    `challenge_test_list`, after `test_imports` and `test_setup_code`) or `io` (stdin/stdout
+    cases). `mode=fraction` scores the share of units passed (dense), `mode=all` 1 only when every
+    unit passes (pass@1 as the public benchmarks count it). A unit that never calls the candidate
+    is not a unit. A row without tests scores None (nothing to judge).
 
     Source that does not compile scores 0 here without starting a process. The sandbox settings
     (`SandboxConfig`: backend, require_isolation, timeout_s, memory_mb, workers, prewarm) come
@@ -384,20 +556,43 @@ def code_tests(
     >>> code_tests(["def inc(x):\\n"], ["    return x +\\n"], entry_point=["inc"], test_list=[["assert inc(1) == 2"]])
     [0.0]
     """
+    _check_mode(mode)
     n = len(completions)
-    entry_point, test, test_list, io = (_column(c, n) for c in (entry_point, test, test_list, io))
+    tasks = _tasks(prompts, n, entry_point, test, test_list, io, settings)
     scores: list[float | None] = [None] * n
-    jobs: dict[int, Callable[[], float | None]] = {}
-    for i, (prompt, completion) in enumerate(zip(prompts, completions)):
-        if not (test[i] or test_list[i] or io[i]):
+    jobs: dict[int, Callable[[Any], float | None]] = {}
+    key = _settings_key(settings)
+    for i, (task, completion) in enumerate(zip(tasks, completions)):
+        if not task.runnable:
             continue  # None: the data gives nothing to judge
-        if (test[i] or test_list[i]) and not entry_point[i]:
-            raise ValueError(f"code_tests: row {i} has function tests but no entry_point")
-        program = assemble_program(prompt, completion, entry_point[i] if not io[i] else None)
+        program = task.program(completion)
         if not strip_fences(completion).strip() or not compiles(program):
             scores[i] = 0.0  # the candidate's fault, known without running anything
             continue
-        jobs[i] = lambda i=i, program=program: _judge(sandbox, program, entry_point[i], test[i], test_list[i], io[i])
+
+        def job(sandbox: Any, task: Task = task, program: str = program) -> float | None:
+            verdict = _judge(sandbox, task, program)
+            if verdict is None:
+                return None
+            _VERDICTS.put((key, program, task.key()), verdict)
+            return verdict.score(mode)
+
+        jobs[i] = job
+    return _score_jobs(scores, jobs, settings, batch_timeout_s)
+
+
+def _settings_key(settings: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(settings.get(f.name) for f in dataclasses.fields(SandboxConfig))
+
+
+def _score_jobs(
+    scores: list[float | None],
+    jobs: dict[int, Callable[[Any], float | None]],
+    settings: dict[str, Any],
+    deadline_s: float,
+) -> list[float | None]:
+    """Fill `scores` from `jobs`, each called with the sandbox built from `settings`; all unscored
+    (None) if the sandbox cannot start."""
     if not jobs:
         return scores
     from grpo_cli.rewards.code.sandbox import HarnessFault
@@ -407,16 +602,117 @@ def code_tests(
     except HarnessFault:
         return scores  # the sandbox cannot start: every sample that needed it is unscored (None)
     # No more sessions at once than the sandbox's workers: RLIMIT_NPROC is shared by all of them.
-    for index, value in _run_batch(jobs, sandbox.workers, batch_timeout_s).items():
+    bound = {i: functools.partial(job, sandbox) for i, job in jobs.items()}
+    for index, value in _run_batch(bound, sandbox.workers, deadline_s).items():
         scores[index] = value
     return scores
 
 
-def _code_tests_diagnostics(**settings: Any) -> dict[str, Any]:
+def _code_tests_diagnostics(mode: str = "fraction", **settings: Any) -> dict[str, Any]:
     """Start-up diagnostics: builds the sandbox now, so its backend is known (and shown) before the
     first batch, and require_isolation refuses to start rather than scoring None for ever."""
+    _check_mode(mode)
     return {"sandbox_backend": sandbox_backend(**settings)}
 
 
 code_tests.diagnostics = _code_tests_diagnostics  # type: ignore[attr-defined]
 code_tests.takes_sandbox_settings = True  # type: ignore[attr-defined]  # `sandbox.*` fills its kwargs
+
+
+# ---- efficiency ---------------------------------------------------------------------------------
+
+_REFERENCE_COSTS: dict[tuple[Any, ...], int | None] = {}  # (settings, task) -> the reference's count
+_REFERENCE_LOCK = threading.Lock()
+
+
+def _reference_cost(sandbox: Any, key: tuple[Any, ...], task: Task, reference: str) -> int | None:
+    """Instructions the reference solution executes on the task's tests, once per task and
+    process; None when the reference does not pass them itself (then nothing is measured)."""
+    with _REFERENCE_LOCK:
+        if key in _REFERENCE_COSTS:
+            return _REFERENCE_COSTS[key]
+    verdict = _judge(sandbox, task, task.program(reference), count=True)
+    if verdict is None:
+        return None  # a harness fault: try again next batch
+    cost = verdict.cost if verdict.all_passed else None
+    with _REFERENCE_LOCK:
+        _REFERENCE_COSTS[key] = cost
+    return cost
+
+
+def efficiency(reference_cost: int, cost: int) -> float:
+    """min(1, reference / candidate) in executed bytecode instructions: 1 for a solution that does
+    no more Python-level work than the reference, 1/k for one that does k times as much.
+
+    >>> efficiency(2_000, 2_000), efficiency(2_000, 1_000), efficiency(2_000, 100_000), efficiency(10, 0)
+    (1.0, 1.0, 0.02, 1.0)
+    """
+    return 1.0 if cost <= reference_cost else reference_cost / cost
+
+
+def code_efficiency(
+    prompts: list[Any],
+    completions: list[str],
+    reference: list[str | None] | None = None,
+    entry_point: list[str | None] | None = None,
+    test: list[str | None] | None = None,
+    test_list: list[list[str] | None] | None = None,
+    io: list[list[dict[str, str]] | None] | None = None,
+    *,
+    batch_timeout_s: float = BATCH_TIMEOUT_S,
+    **settings: Any,
+) -> list[float | None]:
+    """How little work a passing completion does: `efficiency(reference's count, its count)`, where
+    a count is the Python bytecode instructions executed on the task's own tests, counted inside
+    the sandbox (deterministic: the same code scores the same on every run; no clock involved).
+
+    0 for a completion that does not pass every unit (`code_tests` of the same batch says so
+    without a second run), and for code that reaches into the interpreter (tracing, frames,
+    getattr/eval/exec, os, threads: see `tasks.INTROSPECTION`), which could stop or forge its own
+    count. None where the row has no tests or no reference, or the reference fails its own tests.
+    C builtins count nothing (`sorted` is free): it measures the Python the model wrote.
+
+    >>> code_efficiency(["def inc(x):\\n"], ["    return x +\\n"], reference=["    return x + 1\\n"],
+    ...                 entry_point=["inc"], test_list=[["assert inc(1) == 2"]])
+    [0.0]
+    """
+    n = len(completions)
+    tasks = _tasks(prompts, n, entry_point, test, test_list, io, settings)
+    references = _column(reference, n)
+    scores: list[float | None] = [None] * n
+    jobs: dict[int, Callable[[Any], float | None]] = {}
+    key = _settings_key(settings)
+    for i, (task, completion, ref) in enumerate(zip(tasks, completions, references)):
+        if not task.runnable or not ref:
+            continue
+        code = strip_fences(completion)
+        program = task.program(completion)
+        known = _VERDICTS.get((key, program, task.key()))
+        if not code.strip() or not compiles(program) or (known is not None and not known.all_passed):
+            scores[i] = 0.0
+            continue
+        if reaches_into_interpreter(code):
+            scores[i] = 0.0
+            continue
+
+        def job(sandbox: Any, task: Task = task, program: str = program, ref: str = ref) -> float | None:
+            reference_cost = _reference_cost(sandbox, (key, ref, task.key()), task, ref)
+            if reference_cost is None:
+                return None
+            verdict = _judge(sandbox, task, program, count=True)
+            if verdict is None:
+                return None
+            if not verdict.all_passed or verdict.cost is None:
+                return 0.0
+            return efficiency(reference_cost, verdict.cost)
+
+        jobs[i] = job
+    return _score_jobs(scores, jobs, settings, batch_timeout_s)
+
+
+def _code_efficiency_diagnostics(**settings: Any) -> dict[str, Any]:
+    return {"sandbox_backend": sandbox_backend(**settings)}
+
+
+code_efficiency.diagnostics = _code_efficiency_diagnostics  # type: ignore[attr-defined]
+code_efficiency.takes_sandbox_settings = True  # type: ignore[attr-defined]

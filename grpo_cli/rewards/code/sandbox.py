@@ -22,6 +22,7 @@ starts the whole backend per completion instead (one namespace per completion, 3
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -62,6 +63,7 @@ class ProgramResult:
     stderr: str
     exit_code: int | None  # None when it was killed at the deadline
     timed_out: bool
+    cost: int | None = None  # bytecode instructions executed, when counted and reported (untrusted)
 
 
 def _source_too_long(source: str, limit: int) -> bool:
@@ -76,11 +78,19 @@ class Session:
     the session goes on; anything else (timeout, crash, flood, protocol or non-plain results) ends
     it: `failure` keeps that first fatal CandidateFailure and every later call raises it again, so a
     check that swallows exceptions cannot turn a dead session into a pass.
+
+    `setup` (trusted task code, e.g. MBPP's test_setup_code) runs in the candidate's module first.
+    With `count`, each call also reports the bytecode instructions it executed; `cost` sums them.
+    The count comes from the candidate's own process: a measure for honest code, not a proof.
     """
 
-    def __init__(self, sandbox: Sandbox, source: str, entry_point: str | None) -> None:
+    def __init__(
+        self, sandbox: Sandbox, source: str, entry_point: str | None, setup: str = "", count: bool = False
+    ) -> None:
         self.entry_point = entry_point
         self.failure: CandidateFailure | None = None
+        self.count = count
+        self.cost = 0
         self._sandbox = sandbox
         self._timeout_s = sandbox.cfg.timeout_s
         self._deadline = time.monotonic() + sandbox.cfg.timeout_s
@@ -88,7 +98,7 @@ class Session:
         self._child: Child | None = None
         if _source_too_long(source, MAX_SOURCE_BYTES):
             raise self._fail("too_large", f"source over {MAX_SOURCE_BYTES} bytes: not run")
-        job = {"mode": "call", "source": source, "entry_point": entry_point, **sandbox._job_fields()}
+        job = {"mode": "call", "source": source, "entry_point": entry_point, "setup": setup, **sandbox._job_fields()}
         self._child = sandbox._spawn(job)
         try:
             _check_hello(sandbox, self._child, self._deadline)
@@ -103,6 +113,19 @@ class Session:
             raise
 
     def call(self, *args: Any, **kwargs: Any) -> Any:
+        """The entry point called on these (plain builtin) inputs."""
+        try:
+            runner.encode([args, kwargs])  # only exact builtin types travel (and marshal could carry code)
+        except (ValueError, RecursionError) as err:
+            raise HarnessFault(f"test inputs must be plain builtin values: {err}") from None
+        return self._request({"args": args, "kwargs": kwargs})
+
+    def evaluate(self, expression: str) -> Any:
+        """A call written by the trusted test (say `f([Pair(1, 2)], 1)`), evaluated in the candidate's
+        module, where the set-up code's classes exist: its arguments need not be plain values."""
+        return self._request({"expr": str(expression)})
+
+    def _request(self, fields: dict) -> Any:
         if self.failure is not None:
             raise CandidateFailure(str(self.failure), self.failure.kind, self.failure.exc_type)
         if self.entry_point is None:
@@ -110,11 +133,7 @@ class Session:
         if self._child is None or self._child.closed:
             raise HarnessFault("the session is closed")
         self._next_id += 1
-        try:
-            runner.encode([args, kwargs])  # only exact builtin types travel (and marshal could carry code)
-            request = runner.frame({"id": self._next_id, "args": args, "kwargs": kwargs})
-        except (ValueError, RecursionError) as err:
-            raise HarnessFault(f"test inputs must be plain builtin values: {err}") from None
+        request = runner.frame({"id": self._next_id, "count": self.count, **fields})
         try:
             self._child.drain()
         except Flood:
@@ -128,8 +147,12 @@ class Session:
             if record.get("kind") == "raised":
                 raise CandidateFailure(message, "raised", exc_type)
             raise self._fail("non_strict", message)
-        if set(record) != {"id", "ok"}:
+        if set(record) != ({"id", "ok", "cost"} if self.count else {"id", "ok"}):
             raise self._fail("protocol", "malformed response record")
+        if self.count:
+            if type(record["cost"]) is not int or record["cost"] < 0:
+                raise self._fail("protocol", "malformed instruction count")
+            self.cost += record["cost"]
         try:
             return runner.decode(record["ok"])
         except (ValueError, RecursionError) as err:
@@ -172,6 +195,19 @@ class Session:
         if self._child is not None:
             self._child.close(graceful=False)
         return err
+
+
+def _program_cost(proto: bytes) -> int | None:
+    """The one `{"id": 1, "cost": N}` record a counted script's runner writes after it; None for
+    anything else (the script died first, or wrote records of its own)."""
+    try:
+        record = json.loads(bytes(proto))
+    except ValueError:
+        return None
+    if type(record) is dict and set(record) == {"id", "cost"} and record["id"] == 1:
+        cost = record["cost"]
+        return cost if type(cost) is int and cost >= 0 else None
+    return None
 
 
 def _clean_up(live: set[Child], servers: list[ServerPool], root: str) -> None:
@@ -343,9 +379,10 @@ class Sandbox:
 
     # ---- running code --------------------------------------------------------------------
     @contextlib.contextmanager
-    def session(self, source: str, entry_point: str | None) -> Iterator[Session]:
-        """A fresh sandboxed process with `source` imported (CandidateFailure if that fails)."""
-        session = Session(self, source, entry_point)
+    def session(self, source: str, entry_point: str | None, setup: str = "", count: bool = False) -> Iterator[Session]:
+        """A fresh sandboxed process with `setup`, then `source`, imported (CandidateFailure if that
+        fails); `count`: calls report the instructions they execute (Session.cost)."""
+        session = Session(self, source, entry_point, setup, count)
         try:
             yield session
         except BaseException:
@@ -355,13 +392,15 @@ class Sandbox:
         if late is not None:
             raise late
 
-    def run_program(self, source: str, stdin: str) -> ProgramResult:
+    def run_program(self, source: str, stdin: str, count: bool = False) -> ProgramResult:
         """Run `source` as a script on `stdin`. CandidateFailure for an over-long source or an output
-        flood; a timeout is reported in the result (timed_out=True)."""
+        flood; a timeout is reported in the result (timed_out=True). `count`: the result's `cost` is
+        the bytecode instructions the script executed (None if it did not end normally)."""
         if _source_too_long(source, MAX_SOURCE_BYTES):
             raise CandidateFailure(f"source over {MAX_SOURCE_BYTES} bytes: not run", "too_large")
         deadline = time.monotonic() + self.cfg.timeout_s
-        job = {"mode": "program", "source": source, "entry_point": None, "stdin": stdin, **self._job_fields()}
+        job = {"mode": "program", "source": source, "entry_point": None, "stdin": stdin, "count": count}
+        job.update(self._job_fields())
         child = self._spawn(job, close_stdin_when_sent=True)
         timed_out = False
         try:
@@ -379,6 +418,7 @@ class Sandbox:
             stderr=child.buffers["stderr"].decode(errors="replace"),
             exit_code=None if timed_out else child.returncode,
             timed_out=timed_out,
+            cost=_program_cost(child.buffers["proto"]) if count and not timed_out else None,
         )
 
     def run_many(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:

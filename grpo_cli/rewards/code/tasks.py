@@ -53,6 +53,25 @@ def prompt_text(prompt: Any) -> str:
     return strip_fences(cap(prompt))
 
 
+def _binds(node: ast.stmt, name: str) -> bool:
+    """Whether a top-level statement binds `name` (def, class, assignment or import)."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return node.name == name
+    if isinstance(node, (ast.Assign, ast.AnnAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return any(isinstance(t, ast.Name) and t.id == name for t in targets)
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return any((alias.asname or alias.name.split(".")[0]) == name for alias in node.names)
+    return False
+
+
+def _parse(source: str) -> ast.Module | None:
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+
+
 def defines_at_top_level(source: str, name: str) -> bool:
     """Whether `source` binds `name` at module level (def, class, assignment or import).
 
@@ -63,26 +82,52 @@ def defines_at_top_level(source: str, name: str) -> bool:
     >>> defines_at_top_level("    return a + b\\n", "add")
     False
     """
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
+    tree = _parse(source)
+    if tree is None:
         return re.search(rf"^(?:async\s+)?(?:def|class)\s+{re.escape(name)}\b", source, re.MULTILINE) is not None
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
-            return True
-        if isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
-                return True
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            if any((alias.asname or alias.name.split(".")[0]) == name for alias in node.names):
-                return True
-    return False
+    return any(_binds(node, name) for node in tree.body)
+
+
+DEFINITIONS = (
+    ast.Import,
+    ast.ImportFrom,
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.ClassDef,
+    ast.Assign,
+    ast.AnnAssign,
+)
+
+
+def prompt_definitions(prompt: Any, skip: str | None = None) -> str:
+    """The prompt's own top-level definitions (imports, functions, classes, constants) as source,
+    without the one that binds `skip`; "" when the prompt is not Python (a question in prose).
+
+    HumanEval prompts define helpers the task needs (a `poly` the solution evaluates, an
+    `encode_*` whose output the candidate decodes): a completion that writes the whole function
+    still runs with them, and the trusted check sees them too. Other statements (a doctest run,
+    a print) are left out: definitions are all a test may rely on.
+
+    >>> print(prompt_definitions('import math\\n\\ndef poly(xs, x):\\n    return sum(xs)\\n\\n'
+    ...                          'def find_zero(xs):\\n    pass\\n', skip="find_zero"))
+    import math
+    <BLANKLINE>
+    def poly(xs, x):
+        return sum(xs)
+    >>> prompt_definitions("Write a function that adds two numbers.")
+    ''
+    """
+    tree = _parse(prompt_text(prompt))
+    if tree is None:
+        return ""
+    kept = [node for node in tree.body if isinstance(node, DEFINITIONS) and not (skip and _binds(node, skip))]
+    return "\n\n".join(ast.unparse(node) for node in kept)
 
 
 def assemble_program(prompt: Any, completion: Any, entry_point: str | None) -> str:
     """The program to judge: the fence-stripped completion, after the prompt's code when the
-    completion does not define `entry_point` itself (it is then the body the prompt opened).
+    completion does not define `entry_point` itself (it is then the body the prompt opened), else
+    after the prompt's other definitions (its imports and helpers), as HumanEval runs it.
 
     Stdin/stdout tasks (no entry point) take the completion as the whole program.
 
@@ -93,10 +138,19 @@ def assemble_program(prompt: Any, completion: Any, entry_point: str | None) -> s
         return 2 * x
     >>> assemble_program(prompt, "def double(x):\\n    return x + x\\n", "double")
     'def double(x):\\n    return x + x\\n'
+    >>> print(assemble_program("import math\\n" + prompt, "def double(x):\\n    return math.fsum([x, x])\\n", "double"))
+    import math
+    <BLANKLINE>
+    def double(x):
+        return math.fsum([x, x])
+    <BLANKLINE>
     """
     code = strip_fences(completion)
-    if not entry_point or defines_at_top_level(code, entry_point):
+    if not entry_point:
         return code
+    if defines_at_top_level(code, entry_point):
+        helpers = prompt_definitions(prompt, skip=entry_point)
+        return f"{helpers}\n\n{code}" if helpers else code
     head = prompt_text(prompt)
     if head and not head.endswith("\n"):
         head += "\n"
@@ -118,6 +172,110 @@ def compiles(source: str) -> bool:
 
 # ---- tests -------------------------------------------------------------------------------
 
+# Names the rewritten test code calls; bound by the parent in the namespace it runs tests in.
+TALLY = "__grpo_tally__"  # a UnitTally: `unit(passed)` at the end of each unit
+EQUAL = "__grpo_equal__"  # strict_equal: what `==` means in every test shape
+REMOTE = "__grpo_remote__"  # a call of the entry point evaluated in the sandbox, given as source
+
+
+class UnitTally:
+    """Counts test units, and only those that exercise the candidate.
+
+    The candidate proxy calls `called()` on every call; a unit ends with `unit(passed)`. A unit
+    during which (or in the set-up statements since the previous unit) the candidate was never
+    called is idle: `assert True, "..."` lines and asserts on the test's own helpers are not
+    units, so a forged or empty completion cannot collect them.
+
+    >>> tally = UnitTally()
+    >>> tally.called(); tally.unit(True); tally.unit(True); tally.called(); tally.unit(False)
+    >>> tally.passed, tally.idle, tally.calls
+    (1, 1, 2)
+    """
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.passed = 0
+        self.idle = 0
+        self._mark = 0
+
+    def called(self) -> None:
+        self.calls += 1
+
+    def unit(self, passed: bool) -> None:
+        if self.calls == self._mark:
+            self.idle += 1
+        else:
+            self.passed += bool(passed)
+        self._mark = self.calls
+
+
+def strict_equal(got: Any, expected: Any) -> bool:
+    """What `==` means in every test shape (a `check()`, an MBPP assert, a (call, expected) pair):
+    bool only equals bool (`1 == True` fails), a list never equals a tuple, containers compare
+    element by element, int and float compare by value, floats within a relative tolerance of
+    1e-9 or an absolute one of 1e-12 (summation order differs between correct solutions).
+
+    >>> strict_equal(1, True), strict_equal(1, 1.0), strict_equal(True, 1.0), strict_equal([1, 2], (1, 2))
+    (False, True, False, False)
+    >>> strict_equal(0.1 + 0.2, 0.3), strict_equal(0.1 + 0.2 - 0.3, 0.0), strict_equal(1.0, 1.0001)
+    (True, True, False)
+    >>> strict_equal({"a": [1, (2, "x")]}, {"a": [1, (2, "x")]})
+    True
+    """
+    numbers = (int, float)
+    if isinstance(got, bool) or isinstance(expected, bool):
+        return type(got) is type(expected) and got == expected
+    if type(got) in numbers and type(expected) in numbers:
+        if type(got) is int and type(expected) is int:
+            return got == expected
+        return got == expected or math.isclose(got, expected, rel_tol=1e-9, abs_tol=1e-12)
+    if type(got) is not type(expected):
+        sets = (set, frozenset)
+        return type(got) in sets and type(expected) in sets and got == expected
+    if type(got) in (list, tuple):
+        return len(got) == len(expected) and all(strict_equal(a, b) for a, b in zip(got, expected))
+    if type(got) is dict:
+        return got.keys() == expected.keys() and all(strict_equal(got[k], expected[k]) for k in got)
+    return bool(got == expected)  # str, bytes, None, complex, sets, the test's own objects
+
+
+class _StrictEquality(ast.NodeTransformer):
+    """`a == b` -> `EQUAL(a, b)` and `a != b` -> `not EQUAL(a, b)` (a chain keeps Python's `==`)."""
+
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:
+        self.generic_visit(node)
+        if len(node.ops) != 1 or not isinstance(node.ops[0], (ast.Eq, ast.NotEq)):
+            return node
+        call: ast.expr = ast.Call(ast.Name(EQUAL, ast.Load()), [node.left, node.comparators[0]], [])
+        if isinstance(node.ops[0], ast.NotEq):
+            call = ast.UnaryOp(ast.Not(), call)
+        return ast.copy_location(call, node)
+
+
+class _RemoteCalls(ast.NodeTransformer):
+    """`f(args)` -> `REMOTE("f(args)")` where the arguments name nothing the statement binds
+    itself (a comprehension variable): the call is then evaluated in the sandbox, where the set-up
+    code's classes exist, so arguments need not be plain values."""
+
+    def __init__(self, entry_point: str, bound: set[str]) -> None:
+        self.entry_point = entry_point
+        self.bound = bound
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        if isinstance(node.func, ast.Name) and node.func.id == self.entry_point:
+            names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+            if not names & self.bound:
+                return ast.copy_location(
+                    ast.Call(ast.Name(REMOTE, ast.Load()), [ast.Constant(ast.unparse(node))], []), node
+                )
+        self.generic_visit(node)
+        return node
+
+
+def _bound_names(tree: ast.AST) -> set[str]:
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+    return names | {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}  # lambda parameters
+
 
 @dataclass(frozen=True)
 class CallCase:
@@ -130,9 +288,11 @@ class CallCase:
 
 @dataclass(frozen=True)
 class ExprCase:
-    """Any other assert: trusted dataset code run in the parent with `f` bound to a proxy."""
+    """Any other assert: trusted dataset code run in the parent; `source` is the assert as written,
+    `code` the same with strict `==` and the entry point's calls sent to the sandbox."""
 
     source: str
+    code: str = ""
 
 
 def _literal(node: ast.AST) -> tuple[bool, Any]:
@@ -159,82 +319,75 @@ def _as_call_case(node: ast.AST, entry_point: str) -> CallCase | None:
     return None
 
 
+def _expr_case(text: str, tree: ast.Module, entry_point: str) -> ExprCase:
+    tree = _RemoteCalls(entry_point, _bound_names(tree)).visit(_StrictEquality().visit(tree))
+    return ExprCase(text, ast.unparse(ast.fix_missing_locations(tree)))
+
+
 def parse_test_list(asserts: list[str], entry_point: str) -> list[CallCase | ExprCase]:
     """MBPP-style assert strings, one case each: a (call, expected) pair where the assert is
-    `f(literals) == literal`, else the assert's source to evaluate in the parent.
+    `f(literals) == literal`, else the assert to run in the parent, its `==` strict and its calls
+    of `f` evaluated in the sandbox.
 
     >>> parse_test_list(["assert add(2, 3) == 5", "assert add(b=1, a=1) == 2"], "add")
     [CallCase(args=(2, 3), kwargs={}, expected=5), CallCase(args=(), kwargs={'b': 1, 'a': 1}, expected=2)]
-    >>> parse_test_list(["assert abs(mean([1, 2]) - 1.5) < 1e-9"], "mean")
-    [ExprCase(source='assert abs(mean([1, 2]) - 1.5) < 1e-9')]
+    >>> parse_test_list(["assert abs(mean([1, 2]) - 1.5) < 1e-9"], "mean")[0].code
+    "assert abs(__grpo_remote__('mean([1, 2])') - 1.5) < 1e-09"
+    >>> parse_test_list(["assert all(sq(x) == x * x for x in range(3))"], "sq")[0].code
+    'assert all((__grpo_equal__(sq(x), x * x) for x in range(3)))'
     """
     cases: list[CallCase | ExprCase] = []
     for text in asserts:
-        try:
-            tree = ast.parse(text.strip())
-        except SyntaxError:
-            cases.append(ExprCase(text))  # still counted: it fails when run, as it would under MBPP
+        text = str(text).strip()
+        tree = _parse(text)
+        if tree is None:
+            cases.append(ExprCase(text, text))  # still counted: it fails when run, as it would under MBPP
             continue
         node = tree.body[0] if len(tree.body) == 1 else None
         case = _as_call_case(node.test, entry_point) if isinstance(node, ast.Assert) else None
-        cases.append(case or ExprCase(text.strip()))
+        cases.append(case or _expr_case(text, tree, entry_point))
     return cases
 
 
-def strict_equal(got: Any, expected: Any) -> bool:
-    """Equality that does not trust `==` across types: bool only equals bool, a list never equals
-    a tuple, containers compare element by element; int and float compare by value, floats with
-    a relative tolerance of 1e-9 (summation order differs between correct solutions).
-
-    >>> strict_equal(1, True), strict_equal([1, 2], (1, 2)), strict_equal(0.1 + 0.2, 0.3), strict_equal(3, 3.0)
-    (False, False, True, True)
-    >>> strict_equal({"a": [1, (2, "x")]}, {"a": [1, (2, "x")]})
-    True
-    """
-    numbers = (int, float)
-    if isinstance(got, bool) or isinstance(expected, bool):
-        return type(got) is type(expected) and got == expected
-    if type(got) in numbers and type(expected) in numbers:
-        if type(got) is int and type(expected) is int:
-            return got == expected
-        return math.isclose(got, expected, rel_tol=1e-9, abs_tol=0.0) or got == expected
-    if type(got) is not type(expected):
-        sets = (set, frozenset)
-        return type(got) in sets and type(expected) in sets and got == expected
-    if type(got) in (list, tuple):
-        return len(got) == len(expected) and all(strict_equal(a, b) for a, b in zip(got, expected))
-    if type(got) is dict:
-        return got.keys() == expected.keys() and all(strict_equal(got[k], expected[k]) for k in got)
-    return got == expected  # str, bytes, None, complex, sets: builtin equality is exact
-
-
-PASSED = "__grpo_passed__"  # the global the rewritten check counts passed units in
+def _calls_check(node: ast.stmt) -> bool:
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Call)
+        and isinstance(node.value.func, ast.Name)
+        and node.value.func.id == "check"
+    )
 
 
 def check_units(test_source: str) -> tuple[str, int]:
     """HumanEval's `check(candidate)` rewritten so each top-level statement of its body that holds
     an assert is one test unit: a unit that raises counts as failed and the rest still run.
 
-    Returns the rewritten source and the number of units (0 when the body has no assert: then
-    `check` returning at all is the one unit). The rewritten `check` adds one to the global
-    `PASSED` per passing unit. Statements without an assert (setup) run as written; if one
-    raises, `check` raises and the units not reached count as failed.
+    Returns the rewritten source and the number of unit statements. Each unit ends by calling
+    `TALLY.unit(passed)` (see `UnitTally`: one that never called the candidate is idle, not a
+    unit), and every `==` is `strict_equal`. Statements without an assert (set-up) run as written;
+    if one raises, `check` raises and the units not reached count as failed. A top-level
+    `check(...)` call in the source is dropped: the parent calls `check` exactly once.
 
     >>> source, units = check_units("def check(candidate):\\n    x = 2\\n    assert candidate(x) == 4\\n"
-    ...                             "    assert candidate(0) == 0\\n")
+    ...                             "    assert True, 'debug'\\n    assert candidate(0) == 0\\n\\ncheck(f)\\n")
     >>> units
-    2
-    >>> namespace = {PASSED: 0}
+    3
+    >>> tally = UnitTally()
+    >>> def four(v):
+    ...     tally.called()
+    ...     return 4
+    >>> namespace = {TALLY: tally, EQUAL: strict_equal}
     >>> exec(source, namespace)
-    >>> namespace["check"](lambda v: 4)
-    >>> namespace[PASSED]
-    1
+    >>> namespace["check"](four)
+    >>> tally.passed, tally.idle
+    (1, 1)
     """
     tree = ast.parse(test_source)
     check = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
     if check is None:
         raise ValueError("the `test` source defines no check(candidate) function")
-    body: list[ast.stmt] = [ast.Global([PASSED])]
+    tree.body = [node for node in tree.body if not _calls_check(node)]
+    body: list[ast.stmt] = []
     units = 0
     for stmt in check.body:
         if not any(isinstance(n, ast.Assert) for n in ast.walk(stmt)):
@@ -243,14 +396,86 @@ def check_units(test_source: str) -> tuple[str, int]:
         units += 1
         body.append(
             ast.Try(
-                body=[stmt, ast.parse(f"{PASSED} += 1").body[0]],
-                handlers=[ast.ExceptHandler(type=ast.Name("Exception", ast.Load()), name=None, body=[ast.Pass()])],
+                body=[stmt, ast.parse(f"{TALLY}.unit(True)").body[0]],
+                handlers=[
+                    ast.ExceptHandler(
+                        type=ast.Name("Exception", ast.Load()), name=None, body=ast.parse(f"{TALLY}.unit(False)").body
+                    )
+                ],
                 orelse=[],
                 finalbody=[],
             )
         )
-    check.body = body
+    check.body = body or [ast.Pass()]
+    tree = _StrictEquality().visit(tree)
     return ast.unparse(ast.fix_missing_locations(tree)), units
+
+
+def test_setup(test_setup_code: Any, test_imports: Any) -> str:
+    """MBPP's set-up as one source: its `test_imports` lines, then its `test_setup_code`. It runs
+    before the candidate's code in the sandbox and before the asserts in the parent.
+
+    >>> test_setup("class Pair:\\n    pass\\n", ["import math"])
+    'import math\\nclass Pair:\\n    pass\\n'
+    >>> test_setup(None, None), test_setup("", [])
+    ('', '')
+    """
+    imports = "".join(f"{line}\n" for line in (test_imports or []) if str(line).strip())
+    return imports + (str(test_setup_code) if test_setup_code else "")
+
+
+# Efficiency credit needs an honest instruction count from inside the sandbox. Code that reaches
+# into the interpreter (tracing, frames, dynamic attribute access or code, other processes and
+# threads) could stop or forge the count, so it gets none (its test score is unaffected).
+INTROSPECTION = frozenset(
+    {
+        "settrace", "setprofile", "gettrace", "getprofile", "monitoring", "_getframe", "f_trace",
+        "f_trace_opcodes", "f_trace_lines", "f_back", "f_globals", "f_locals", "tb_frame", "gi_frame",
+        "cr_frame", "modules", "__main__", "__import__", "importlib", "builtins", "__builtins__", "eval",
+        "exec", "compile", "getattr", "setattr", "delattr", "vars", "globals", "locals", "__dict__",
+        "__globals__", "__code__", "__getattribute__", "__subclasses__", "attrgetter", "methodcaller",
+        "ctypes", "gc", "inspect", "threading", "_thread", "multiprocessing", "subprocess", "os", "posix",
+        "signal", "concurrent", "asyncio", "marshal", "pickle", "sys",
+    }
+)  # fmt: skip
+
+
+def reaches_into_interpreter(source: str) -> bool:
+    """Whether code names (or spells in a string) anything in INTROSPECTION. `sys` is allowed only
+    as `sys.stdin`, `sys.stdout`, `sys.setrecursionlimit` and `sys.maxsize`.
+
+    >>> reaches_into_interpreter("def f(xs):\\n    return sorted(set(xs))\\n")
+    False
+    >>> reaches_into_interpreter("import sys\\ndef f(xs):\\n    sys.settrace(None)\\n    return xs\\n")
+    True
+    >>> reaches_into_interpreter("import sys\\nn = int(sys.stdin.readline())\\nprint(n)\\n")
+    False
+    """
+    tree = _parse(source)
+    if tree is None:
+        return True
+    allowed_sys = {"stdin", "stdout", "setrecursionlimit", "maxsize"}
+    sys_uses = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr in allowed_sys}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            word = node.id
+            if word == "sys" and id(node) in sys_uses:
+                continue
+        elif isinstance(node, ast.Attribute):
+            word = node.attr
+        elif isinstance(node, ast.alias):
+            word = node.name.split(".")[0]
+            if word == "sys":
+                continue  # the uses are checked where they are made
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if any(name in node.value for name in INTROSPECTION if len(name) > 3):
+                return True
+            continue
+        else:
+            continue
+        if word in INTROSPECTION:
+            return True
+    return False
 
 
 def output_lines(text: str) -> list[str]:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from grpo_cli.rewards.code.tasks import (
-    PASSED,
+    EQUAL,
+    TALLY,
     CallCase,
     ExprCase,
+    UnitTally,
     assemble_program,
     check_units,
     compiles,
@@ -115,7 +117,7 @@ def test_other_asserts_stay_source_for_the_parent() -> None:
         "assert add(1,",  # broken: kept, and fails when run
     ]
     cases = parse_test_list(asserts, "add")
-    assert cases == [ExprCase(a) for a in asserts]
+    assert [case.source for case in cases] == asserts and all(isinstance(c, ExprCase) for c in cases)
 
 
 # ---- strict equality ---------------------------------------------------------------------------------
@@ -145,14 +147,21 @@ def check(candidate):
 
 
 def _passed(test_source: str, candidate) -> tuple[int, int]:
+    """(units passed, units counted): what `code_tests` divides, with a plain function as candidate."""
     source, units = check_units(test_source)
-    namespace: dict = {PASSED: 0}
+    tally = UnitTally()
+
+    def counted(*args):
+        tally.called()
+        return candidate(*args)
+
+    namespace: dict = {TALLY: tally, EQUAL: strict_equal}
     exec(source, namespace)
     try:
-        namespace["check"](candidate)
+        namespace["check"](counted)
     except Exception:
         pass
-    return namespace[PASSED], units
+    return tally.passed, units - tally.idle
 
 
 def test_output_lines_are_right_stripped_and_trailing_blank_lines_dropped_but_counted() -> None:
