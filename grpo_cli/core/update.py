@@ -117,7 +117,6 @@ def _logprobs_no_grad(
     return torch.cat(chunks)
 
 
-
 def policy_update(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,

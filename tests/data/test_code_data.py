@@ -18,7 +18,17 @@ from grpo_cli.config.validate import CHOICES
 from grpo_cli.data import load_examples, split_examples
 
 EXAMPLES = load_examples(DataConfig(kind="code"))
-COLUMNS = {"entry_point", "reference", "test", "test_list", "io"}
+COLUMNS = {
+    "entry_point",
+    "reference",
+    "test",
+    "test_list",
+    "io",
+    "test_setup_code",
+    "test_imports",
+    "challenge_test_list",
+}
+MBPP_EXTRAS = ("test_setup_code", "test_imports", "challenge_test_list")  # only beside a test_list
 SHAPES = ("test", "test_list", "io")
 
 
@@ -44,18 +54,27 @@ def test_every_task_has_one_test_shape_and_the_mix_covers_all_three() -> None:
     assert shapes.count("test") >= 12 and shapes.count("test_list") >= 12 and shapes.count("io") >= 6
 
 
-def test_function_prompts_are_a_signature_and_a_docstring_with_one_example() -> None:
+def _top_level_defs(source: str) -> set[str]:
+    return {n.name for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)}
+
+
+def _called_names(source: str) -> set[str]:
+    tree = ast.parse(source)
+    return {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+
+
+def test_function_prompts_are_helpers_then_a_signature_and_a_docstring_with_one_example() -> None:
     for example in EXAMPLES:
         if example["io"] is not None:
             continue
         name = example["entry_point"]
         tree = ast.parse(example["prompt"] + "    pass\n")  # the prompt ends where the body starts
-        (function,) = tree.body
+        *helpers, function = tree.body  # the last top-level def is the entry point
         assert isinstance(function, ast.FunctionDef) and function.name == name
+        assert all(isinstance(n, (ast.FunctionDef, ast.Import, ast.ImportFrom)) for n in helpers), name
         docstring = ast.get_docstring(function)
-        assert docstring and docstring.count(">>> ") == 1, name
-        reference = ast.parse(example["reference"])
-        assert any(isinstance(n, ast.FunctionDef) and n.name == name for n in reference.body), name
+        assert docstring and docstring.count(">>> ") == 1 and example["prompt"].count(">>> ") == 1, name
+        assert name in _top_level_defs(example["reference"]), name
 
 
 def test_hidden_tests_differ_from_the_prompt_example() -> None:
@@ -69,8 +88,27 @@ def test_hidden_tests_differ_from_the_prompt_example() -> None:
             continue
         call = prompt.split(">>> ")[1].splitlines()[0]
         arguments = call[call.index("(") :]
-        hidden = example["test"] or "\n".join(example["test_list"])
+        hidden = example["test"] or "\n".join(example["test_list"] + (example["challenge_test_list"] or []))
         assert arguments not in hidden, example["entry_point"]
+
+
+def test_the_set_covers_each_public_shapes_extras() -> None:
+    helper_in_check = by_name_in_check = False
+    for example in EXAMPLES:
+        if example["test"] is None:
+            continue
+        called = _called_names(example["test"])
+        helpers = _top_level_defs(example["prompt"]) - {example["entry_point"]}
+        helper_in_check |= bool(helpers & called)  # the check runs with the prompt's helpers in scope
+        by_name_in_check |= example["entry_point"] in called  # ... and with the entry point's own name
+    assert helper_in_check and by_name_in_check
+    for column in MBPP_EXTRAS:
+        rows = [e for e in EXAMPLES if e[column]]
+        assert rows, column
+        assert all(e["test_list"] is not None for e in rows), column
+    assert all(isinstance(e["test_setup_code"], str) for e in EXAMPLES if e["test_setup_code"])
+    assert all(isinstance(line, str) for e in EXAMPLES for line in e["test_imports"] or [])
+    assert all(e["challenge_test_list"] is None or len(e["challenge_test_list"]) >= 2 for e in EXAMPLES)
 
 
 def test_tasks_are_distinct() -> None:

@@ -22,7 +22,6 @@ ARGS = [
 ]
 
 
-
 def test_interrupt_then_resume_matches_an_uninterrupted_run(tmp_path):
     straight = tmp_path / "straight"
     with ThreadPoolExecutor(1) as pool:  # the uninterrupted run goes on beside the interrupted one

@@ -18,8 +18,10 @@ def test_distinct2_of_a_known_batch():
 
 def test_diversity_within_groups_over_the_batch_and_identical_groups():
     seqs = [
-        [1, 2, 3], [1, 2, 3],  # group 0: identical, bigrams 12 23 12 23 -> 2/4
-        [4, 5, 6], [6, 5, 4],  # group 1: 45 56 65 54 -> 4/4
+        [1, 2, 3],
+        [1, 2, 3],  # group 0: identical, bigrams 12 23 12 23 -> 2/4
+        [4, 5, 6],
+        [6, 5, 4],  # group 1: 45 56 65 54 -> 4/4
     ]
     metrics = diversity_metrics(seqs, group_size=2)
     assert metrics["diversity/distinct2_group"] == pytest.approx((0.5 + 1.0) / 2)

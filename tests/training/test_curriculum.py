@@ -95,14 +95,20 @@ def test_linear_blends_between_phase_midpoints_worked_numbers(code_three_phase: 
     assert curriculum.weights(0)["code_compiles"] == 0.7  # before the first midpoint: held
     # p = 0.2: a third of the way from midpoint 0.1 to 0.4
     assert curriculum.weights(2) == approx(
-        {"code_compiles": 0.7 - 0.4 / 3, "code_tests": 0.2 + 0.4 / 3, "code_style": 0.1, "code_similarity": 0.2}
+        {
+            "code_compiles": 0.7 - 0.4 / 3,
+            "code_tests": 0.2 + 0.4 / 3,
+            "code_style": 0.1,
+            "code_similarity": 0.2,
+            "code_efficiency": 0.0,
+        }
     )
     # p = 0.6: half way from midpoint 0.4 to 0.8
     assert curriculum.weights(6) == approx(
-        {"code_compiles": 0.2, "code_tests": 0.45, "code_style": 0.35, "code_similarity": 0.2}
+        {"code_compiles": 0.2, "code_tests": 0.45, "code_style": 0.35, "code_similarity": 0.2, "code_efficiency": 0.0}
     )
     assert curriculum.weights(9) == approx(
-        {"code_compiles": 0.1, "code_tests": 0.3, "code_style": 0.6, "code_similarity": 0.2}
+        {"code_compiles": 0.1, "code_tests": 0.3, "code_style": 0.6, "code_similarity": 0.2, "code_efficiency": 0.0}
     )
     # On 20 steps p = 0.25 falls half way between 0.1 and 0.4.
     assert curriculum_of(code_three_phase, 20).weights(5)["code_compiles"] == approx(0.5)

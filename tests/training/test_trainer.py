@@ -30,7 +30,6 @@ def small_config(**train) -> TrainConfig:
     return cfg
 
 
-
 def run(cfg: TrainConfig, run_dir: Path, *observers) -> GRPOTrainer:
     trainer = GRPOTrainer(cfg, run_dir, [*observers, MetricsFile(run_dir / "metrics.jsonl")])
     trainer.setup()

@@ -450,8 +450,10 @@ def reaches_into_interpreter(source: str) -> bool:
     True
     >>> reaches_into_interpreter("import sys\\nn = int(sys.stdin.readline())\\nprint(n)\\n")
     False
+    >>> reaches_into_interpreter("    return len(set(nums)) < len(nums)\\n")  # a body, read inside a def
+    False
     """
-    tree = _parse(source)
+    tree = _parse(source) or _parse(f"def _():\n{source}")
     if tree is None:
         return True
     allowed_sys = {"stdin", "stdout", "setrecursionlimit", "maxsize"}

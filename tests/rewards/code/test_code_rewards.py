@@ -17,7 +17,8 @@ FAST = {"timeout_s": 2.0, "workers": 2}  # sandbox kwargs for these tests: hosti
 
 
 def _columns(tasks: list[dict]) -> dict[str, list]:
-    return {k: [t[k] for t in tasks] for k in ("entry_point", "test", "test_list", "io")}
+    names = ("entry_point", "test", "test_list", "io", "test_setup_code", "test_imports", "challenge_test_list")
+    return {k: [t.get(k) for t in tasks] for k in names}
 
 
 def _run(tasks: list[dict], completions: list[str], **kwargs) -> list[float | None]:
@@ -252,7 +253,8 @@ def test_the_sandbox_section_fills_code_tests_kwargs_and_the_reward_kwargs_win()
     from grpo_cli.rewards import resolve_reward_sources
 
     register_schemas()
-    overrides = ["reward=code", "sandbox.timeout_s=3", "sandbox.prewarm=false", "+reward.functions.1.kwargs.workers=1"]
+    # reward.functions.0 is code_tests
+    overrides = ["reward=code", "sandbox.timeout_s=3", "sandbox.prewarm=false", "+reward.functions.0.kwargs.workers=1"]
     with initialize_config_module("grpo_cli.conf", version_base=None):
         cfg = OmegaConf.to_object(compose(config_name="train", overrides=overrides))  # as the CLI does
     sources = {s.name: s for s in resolve_reward_sources(cfg.reward.functions, sandbox=cfg.sandbox)}
