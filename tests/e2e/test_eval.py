@@ -157,3 +157,29 @@ def test_train_eval_every_logs_what_grpo_eval_reports_on_the_checkpoint(tmp_path
     greedy = {k.removeprefix("greedy/"): v for k, v in report.items() if k.startswith("greedy/")}
     assert greedy == logged
     assert not any(isinstance(v, float) and math.isnan(v) for v in greedy.values())
+
+
+def test_code_eval_counts_a_task_solved_only_when_every_unit_passes(tmp_path: Path) -> None:
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    from grpo_cli.commands.entry import register_schemas
+
+    register_schemas()
+    with initialize_config_module("grpo_cli.conf", version_base=None):
+        cfg = OmegaConf.to_object(compose(config_name="eval", overrides=["reward=code"]))  # as the CLI does
+    asserts = ["assert sign(5) == 1", "assert sign(-3) == -1", "assert sign(0) == 0"]
+    right, two_of_three, wrong = "    return (x > 0) - (x < 0)\n", "    return 1 if x > 0 else -1\n", "    return 7\n"
+    groups = [[right, two_of_three, two_of_three, wrong], [two_of_three, two_of_three, wrong, wrong]]
+    with (tmp_path / "rollouts.jsonl").open("w") as handle:
+        for texts in groups:
+            row = {"prompt": "def sign(x):\n", "entry_point": "sign", "reference": "def sign(x):\n" + right}
+            row |= {"test_list": asserts, "completions": [{"text": t, "token_count": 8} for t in texts]}
+            handle.write(json.dumps(row) + "\n")
+    cfg.input, cfg.eval.k = str(tmp_path / "rollouts.jsonl"), [1, 4]
+    run_eval(cfg, tmp_path)
+    report = json.loads((tmp_path / "eval.json").read_text())
+    assert report["success_function"] == "code_tests"  # reward=code lists it first
+    # solved: 1 of 8 (2 of 3 units is not solved); pass@4 = (1 + 0) / 2
+    assert report["accuracy"] == report["pass@1"] == 1 / 8 and report["pass@4"] == 0.5
+    assert report["reward/code_tests/mean"] == pytest.approx((1 + 4 * 2 / 3) / 8)  # the dense fraction

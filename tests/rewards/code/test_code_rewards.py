@@ -9,8 +9,10 @@ from importlib.resources import files
 import pytest
 
 from grpo_cli.rewards.builtin import BUILTIN_REWARDS
+from grpo_cli.rewards.code import HarnessFault
 from grpo_cli.rewards.code.rewards import code_compiles, code_similarity, code_style, code_tests, sandbox_backend
 from tests.conftest import read_metrics, run_grpo
+from tests.rewards.code.conftest import MODES, REQUIRED_BACKENDS, isolation_missing, mode_id
 
 TASKS = [json.loads(line) for line in (files("grpo_cli.data") / "code_tasks.jsonl").read_text().splitlines()]
 FAST = {"timeout_s": 2.0, "workers": 2}  # sandbox kwargs for these tests: hostile cases cost 2 s each at most
@@ -73,6 +75,15 @@ def test_the_four_rewards_are_builtins() -> None:
 
 
 # ---- code_tests on the shipped tasks ------------------------------------------------------------
+@pytest.mark.parametrize("mode", MODES, ids=mode_id)
+def test_every_shipped_reference_scores_one_under_mode_all_on_every_backend(mode, sandbox_factory) -> None:
+    backend, prewarm = mode
+    if isinstance(sandbox_factory.build(backend), HarnessFault):  # as the `sandbox` fixture decides
+        (isolation_missing if backend in REQUIRED_BACKENDS else pytest.skip)(f"no {backend} sandbox here")
+    scores = _run(TASKS, [t["reference"] for t in TASKS], mode="all", backend=backend, prewarm=prewarm)
+    assert scores == [1.0] * len(TASKS), [t["entry_point"] for t, s in zip(TASKS, scores) if s != 1.0]
+
+
 def test_every_shipped_reference_passes_its_tests_and_wrong_versions_do_not() -> None:
     backend = sandbox_backend(**FAST)
     assert backend in ("bwrap", "unshare", "process")
