@@ -25,7 +25,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from importlib.resources import files
 
-from grpo_cli.rewards.code.rewards import close_sandboxes, code_tests, sandbox_backend
+from grpo_cli.rewards.code.rewards import TASK_COLUMNS, close_sandboxes, code_tests, sandbox_backend
 from grpo_cli.rewards.code.sandbox import HarnessFault
 
 HOSTILE_BODIES = {  # function tasks get these as the body; stdin/stdout tasks as the program (dedented)
@@ -57,7 +57,7 @@ def hostile_mix(tasks: list[dict], per_kind: int) -> list[tuple[dict, str]]:
 
 def score_one(task: dict, completion: str, settings: dict) -> tuple[float | None, float]:
     start = time.perf_counter()
-    columns = {k: [task[k]] for k in ("entry_point", "test", "test_list", "io")}
+    columns = {k: [task.get(k)] for k in TASK_COLUMNS}
     (score,) = code_tests([task["prompt"]], [completion], **columns, **settings)
     return score, time.perf_counter() - start
 

@@ -239,6 +239,8 @@ def code_similarity(
 
 # ---- unit tests in the sandbox -----------------------------------------------------------
 
+# The dataset columns code_tests and code_efficiency read (code_efficiency also `reference`).
+TASK_COLUMNS = ("entry_point", "test", "test_list", "io", "test_setup_code", "test_imports", "challenge_test_list")
 CODE_TEST_MODES = ("fraction", "all")  # code_tests kwargs.mode: share of units passed | 1 only if all pass
 VERDICT_MEMO_SIZE = 4096  # recent code_tests verdicts code_efficiency reuses (it skips failing completions)
 

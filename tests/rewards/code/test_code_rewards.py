@@ -10,7 +10,14 @@ import pytest
 
 from grpo_cli.rewards.builtin import BUILTIN_REWARDS
 from grpo_cli.rewards.code import HarnessFault
-from grpo_cli.rewards.code.rewards import code_compiles, code_similarity, code_style, code_tests, sandbox_backend
+from grpo_cli.rewards.code.rewards import (
+    TASK_COLUMNS,
+    code_compiles,
+    code_similarity,
+    code_style,
+    code_tests,
+    sandbox_backend,
+)
 from tests.conftest import read_metrics, run_grpo
 from tests.rewards.code.conftest import MODES, REQUIRED_BACKENDS, isolation_missing, mode_id
 
@@ -19,8 +26,7 @@ FAST = {"timeout_s": 2.0, "workers": 2}  # sandbox kwargs for these tests: hosti
 
 
 def _columns(tasks: list[dict]) -> dict[str, list]:
-    names = ("entry_point", "test", "test_list", "io", "test_setup_code", "test_imports", "challenge_test_list")
-    return {k: [t.get(k) for t in tasks] for k in names}
+    return {k: [t.get(k) for t in tasks] for k in TASK_COLUMNS}
 
 
 def _run(tasks: list[dict], completions: list[str], **kwargs) -> list[float | None]:

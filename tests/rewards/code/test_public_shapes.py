@@ -11,16 +11,15 @@ import pytest
 
 from grpo_cli.config.schema import RewardFunctionConfig
 from grpo_cli.errors import GrpoError
-from grpo_cli.rewards.code.rewards import code_efficiency, code_tests
+from grpo_cli.rewards.code.rewards import TASK_COLUMNS, code_efficiency, code_tests
 from grpo_cli.rewards.sources import resolve_reward_sources, reward_diagnostics
 
 FAST = {"timeout_s": 5.0, "workers": 2}
-COLUMNS = ("entry_point", "test", "test_list", "io", "test_setup_code", "test_imports", "challenge_test_list")
 
 
 def _score(task: dict, completions: list[str], fn=code_tests, **kwargs) -> list[float | None]:
     n = len(completions)
-    columns = {name: [task.get(name)] * n for name in COLUMNS}
+    columns = {name: [task.get(name)] * n for name in TASK_COLUMNS}
     if fn is code_efficiency:
         columns["reference"] = [task["reference"]] * n
     return fn([task["prompt"]] * n, completions, **columns, **{**FAST, **kwargs})
