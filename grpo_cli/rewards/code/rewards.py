@@ -310,6 +310,12 @@ def _private_random(seed: int = 0) -> types.ModuleType:
     return module
 
 
+@lru_cache(maxsize=4096)
+def _compiled(source: str, filename: str) -> types.CodeType:
+    """Trusted test code compiled once: the same tasks are judged G completions at a time."""
+    return compile(source, filename, "exec")
+
+
 def _trusted_namespace(definitions: str) -> dict[str, Any]:
     """Globals for trusted test code: strict `==`, a private seeded `random`, and `definitions`
     (the prompt's helpers, the task's set-up) already run. The dataset's bug if they raise."""
@@ -328,7 +334,7 @@ def _trusted_namespace(definitions: str) -> dict[str, Any]:
         "math": math,  # MBPP asserts use math.isclose with the reference's own `import math` in scope
     }
     if definitions.strip():
-        exec(compile(definitions, "<task definitions>", "exec"), namespace)
+        exec(_compiled(definitions, "<task definitions>"), namespace)
     return namespace
 
 
@@ -381,7 +387,7 @@ def _run_check(sandbox: Any, task: Task, program: str, count: bool) -> Verdict:
     with sandbox.session(program, task.entry_point, task.setup, count) as session:
         candidate = _Candidate(session, str(task.entry_point), tally)
         namespace.update({TALLY: tally, str(task.entry_point): candidate})
-        exec(compile(source, "<test>", "exec"), namespace)
+        exec(_compiled(source, "<test>"), namespace)
         try:
             namespace["check"](candidate)
             finished = True
@@ -402,7 +408,7 @@ def _run_test_list(sandbox: Any, task: Task, program: str, count: bool) -> Verdi
     exec'd here after the set-up code, `==` strict, the entry point's calls evaluated in the
     sandbox. An assert that never calls the candidate is not counted."""
     entry_point = str(task.entry_point)
-    cases = parse_test_list(list(task.test_list), entry_point)
+    cases = parse_test_list(task.test_list, entry_point)
     tally = UnitTally()
     namespace = _trusted_namespace(task.setup)
     with sandbox.session(program, entry_point, task.setup, count) as session:
@@ -413,7 +419,7 @@ def _run_test_list(sandbox: Any, task: Task, program: str, count: bool) -> Verdi
                 if isinstance(case, CallCase):
                     passed = strict_equal(candidate(*case.args, **case.kwargs), case.expected)
                 else:
-                    exec(compile(case.code, "<test_list>", "exec"), namespace)
+                    exec(_compiled(case.code, "<test_list>"), namespace)
                     passed = True
             except Exception:  # CandidateFailure (this case fails) or a failed assert
                 if candidate.fault is not None:

@@ -12,6 +12,7 @@ import ast
 import math
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 MAX_SOURCE_CHARS = 100_000  # every cheap check works on at most this much of a completion
@@ -117,7 +118,12 @@ def prompt_definitions(prompt: Any, skip: str | None = None) -> str:
     >>> prompt_definitions("Write a function that adds two numbers.")
     ''
     """
-    tree = _parse(prompt_text(prompt))
+    return _definitions(prompt_text(prompt), skip)
+
+
+@lru_cache(maxsize=1024)  # the same prompts come back every epoch, G completions at a time
+def _definitions(text: str, skip: str | None) -> str:
+    tree = _parse(text)
     if tree is None:
         return ""
     kept = [node for node in tree.body if isinstance(node, DEFINITIONS) and not (skip and _binds(node, skip))]
@@ -324,7 +330,7 @@ def _expr_case(text: str, tree: ast.Module, entry_point: str) -> ExprCase:
     return ExprCase(text, ast.unparse(ast.fix_missing_locations(tree)))
 
 
-def parse_test_list(asserts: list[str], entry_point: str) -> list[CallCase | ExprCase]:
+def parse_test_list(asserts: list[str] | tuple[str, ...], entry_point: str) -> list[CallCase | ExprCase]:
     """MBPP-style assert strings, one case each: a (call, expected) pair where the assert is
     `f(literals) == literal`, else the assert to run in the parent, its `==` strict and its calls
     of `f` evaluated in the sandbox.
@@ -336,9 +342,14 @@ def parse_test_list(asserts: list[str], entry_point: str) -> list[CallCase | Exp
     >>> parse_test_list(["assert all(sq(x) == x * x for x in range(3))"], "sq")[0].code
     'assert all((__grpo_equal__(sq(x), x * x) for x in range(3)))'
     """
+    return list(_test_list_cases(tuple(map(str, asserts)), entry_point))
+
+
+@lru_cache(maxsize=1024)
+def _test_list_cases(asserts: tuple[str, ...], entry_point: str) -> tuple[CallCase | ExprCase, ...]:
     cases: list[CallCase | ExprCase] = []
     for text in asserts:
-        text = str(text).strip()
+        text = text.strip()
         tree = _parse(text)
         if tree is None:
             cases.append(ExprCase(text, text))  # still counted: it fails when run, as it would under MBPP
@@ -346,7 +357,7 @@ def parse_test_list(asserts: list[str], entry_point: str) -> list[CallCase | Exp
         node = tree.body[0] if len(tree.body) == 1 else None
         case = _as_call_case(node.test, entry_point) if isinstance(node, ast.Assert) else None
         cases.append(case or _expr_case(text, tree, entry_point))
-    return cases
+    return tuple(cases)
 
 
 def _calls_check(node: ast.stmt) -> bool:
@@ -358,6 +369,7 @@ def _calls_check(node: ast.stmt) -> bool:
     )
 
 
+@lru_cache(maxsize=1024)
 def check_units(test_source: str) -> tuple[str, int]:
     """HumanEval's `check(candidate)` rewritten so each top-level statement of its body that holds
     an assert is one test unit: a unit that raises counts as failed and the rest still run.

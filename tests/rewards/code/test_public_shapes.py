@@ -241,3 +241,16 @@ def test_efficiency_gives_nothing_to_code_that_touches_the_tracer_and_none_witho
 def test_efficiency_scores_a_function_body_after_the_prompt_like_the_whole_function() -> None:
     body = "    return len(set(nums)) < len(nums)\n"
     assert _score(DUPLICATES, [body], fn=code_efficiency) == _score(DUPLICATES, [LINEAR], fn=code_efficiency) == [1.0]
+
+
+def test_efficiency_counts_whole_programs_on_stdin_stdout_tasks_too() -> None:
+    task = {
+        "prompt": "Print 0 + 1 + ... + n for the n on stdin.",
+        "entry_point": None,
+        "io": [{"input": "5\n", "output": "15\n"}, {"input": "300\n", "output": "45150\n"}],
+        "reference": "n = int(input())\nprint(n * (n + 1) // 2)\n",
+    }
+    loop = "n = int(input())\nt = 0\nfor i in range(n + 1):\n    t += i\nprint(t)\n"
+    scores = _score(task, [task["reference"], loop, "print(15)\n"], fn=code_efficiency)
+    assert scores[0] == 1.0 and scores[2] == 0.0  # the constant answer fails the second case
+    assert 0.01 < scores[1] < 0.1, scores  # the loop runs ~300 iterations where the formula runs none
