@@ -66,10 +66,11 @@ def _generated(
     group_size = cfg.rollout.num_generations
     samples = generate_and_score(examples, encoder, generator, executor, fusion, group_size, cfg.batch_size)
     greedy = evaluate_greedy(examples, encoder, generator, executor, fusion, rule, cfg.batch_size) if cfg.greedy else {}
+    loop = loaded.loop
     del loaded, generator  # a multirun's next job starts from free memory
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    return samples, greedy, {"model": str(model_dir), "split": cfg.split}
+    return samples, greedy, {"model": str(model_dir), "split": cfg.split, "rollout_loop": loop}
 
 
 def _from_file(

@@ -89,6 +89,7 @@ def prepare(
         "device": str(device),
         "max_prompts": cfg.max_prompts,
         "prompts": len(examples),
+        "rollout_loop": loaded.loop,
         **budget.summary(),
     }
     return generate, examples, facts

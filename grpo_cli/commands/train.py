@@ -83,7 +83,7 @@ def run_train(cfg: TrainConfig, run_dir: Path) -> float:
     if trainer.resumed_from:
         log.info("resuming from %s (step %d)", trainer.resumed_from, trainer.step_index)
     log.info("run directory: %s", run_dir)
-    for key, value in trainer.reward_diagnostics.items():
+    for key, value in trainer.diagnostics.items():
         log.info("%s: %s", key.replace("_", " "), value)
     halted: TrainingHalted | None = None
     try:
@@ -126,7 +126,7 @@ def run_train(cfg: TrainConfig, run_dir: Path) -> float:
         "final_checkpoint": str(checkpoint),
         "halted_by_guard": None if halted is None else f"{halted.verdict.action}: {halted}",
         **trainer.prompt_budget.summary(),
-        **trainer.reward_diagnostics,
+        **trainer.diagnostics,
     }
     write_summary(run_dir / "summary.json", summary)
     if monitor.plots and history:

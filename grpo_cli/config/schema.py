@@ -173,9 +173,13 @@ class AlgoConfig:
     adaptive_clip: AdaptiveClipConfig = field(default_factory=AdaptiveClipConfig)
 
 
+ROLLOUT_LOOPS = ("auto", "fast", "generate")  # rollout.loop
+
+
 @dataclass
 class RolloutConfig:
     backend: str = "hf"
+    loop: str = "auto"  # auto: the fast loop where the model's cache allows, else generate | fast | generate
     num_generations: int = 8
     max_new_tokens: int = 4  # the tiny default's answers; real models want hundreds
     temperature: float = 1.0

@@ -19,6 +19,7 @@ from grpo_cli.config.schema import (
     LONG_PROMPT_POLICIES,
     LR_SCALINGS,
     NORMALIZATIONS,
+    ROLLOUT_LOOPS,
     SPLITS,
     TRACKERS,
     DataConfig,
@@ -44,6 +45,7 @@ CHOICES = {
     "optim.scheduler": ("constant", "cosine", "linear"),
     "optim.lr_scaling": LR_SCALINGS,
     "rollout.backend": ("hf",),
+    "rollout.loop": ROLLOUT_LOOPS,
     "curriculum.name": CURRICULA,
     "curriculum.interpolate": INTERPOLATIONS,
     "reward.aggregation": ("weighted_mean", "normalize_then_sum"),
@@ -238,6 +240,7 @@ def validate_generation(model: ModelConfig, data: DataConfig, rollout: RolloutCo
         "data.kind": data.kind,
         "data.on_long_prompt": data.on_long_prompt,
         "rollout.backend": rollout.backend,
+        "rollout.loop": rollout.loop,
     }
     for key, value in choices.items():
         _check_choice(key, value, CHOICES[key])

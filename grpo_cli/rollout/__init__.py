@@ -1,6 +1,8 @@
 """Generation backends behind one small interface, so a faster one (vLLM) can replace HF."""
 
 from grpo_cli.rollout.base import Generator, Rollout, completion_mask_from_eos
+from grpo_cli.rollout.engine import make_generator
+from grpo_cli.rollout.fast import FastGenerator
 from grpo_cli.rollout.hf import HFGenerator
 
-__all__ = ["Generator", "HFGenerator", "Rollout", "completion_mask_from_eos"]
+__all__ = ["FastGenerator", "Generator", "HFGenerator", "Rollout", "completion_mask_from_eos", "make_generator"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -49,3 +49,21 @@ def completion_mask_from_eos(completion_ids: torch.Tensor, eos_ids: list[int]) -
     first_eos = torch.where(is_eos, positions, length).amin(1, keepdim=True)
     mask = (positions <= first_eos).long()
     return mask, ~is_eos.any(1)
+
+
+def finish_rollout(
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    eos_ids: list[int],
+    tokenizer: Any,
+    group_size: int,
+) -> Rollout:
+    """A Rollout from sampled ids (rows already G per prompt): the EOS mask, the truncation flags
+    and the texts, decoded with the padding and EOS removed. Every loop ends here."""
+    if completion_ids.size(1) == 0:  # every row stopped before producing a token
+        completion_ids = torch.full((prompt_ids.size(0), 1), tokenizer.pad_token_id, device=prompt_ids.device)
+    mask, truncated = completion_mask_from_eos(completion_ids, eos_ids)
+    padded = completion_ids * mask + tokenizer.pad_token_id * (1 - mask)
+    texts = tokenizer.batch_decode(padded, skip_special_tokens=True)
+    return Rollout(prompt_ids, prompt_mask, completion_ids, mask, truncated, texts, group_size)

@@ -6,7 +6,7 @@ import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 from grpo_cli.config.schema import RolloutConfig
-from grpo_cli.rollout.base import Rollout, completion_mask_from_eos
+from grpo_cli.rollout.base import Rollout, finish_rollout
 
 
 def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:
@@ -60,10 +60,4 @@ class HFGenerator:
         finally:
             self.model.train(was_training)
         completion_ids = output[:, prompt_ids.size(1) :]
-        if completion_ids.size(1) == 0:  # every row stopped before producing a token
-            completion_ids = torch.full((prompt_ids.size(0), 1), self.tokenizer.pad_token_id, device=prompt_ids.device)
-        mask, truncated = completion_mask_from_eos(completion_ids, self.eos_ids)
-        texts = self.tokenizer.batch_decode(
-            completion_ids * mask + self.tokenizer.pad_token_id * (1 - mask), skip_special_tokens=True
-        )
-        return Rollout(prompt_ids, prompt_mask, completion_ids, mask, truncated, texts, num_generations)
+        return finish_rollout(prompt_ids, prompt_mask, completion_ids, self.eos_ids, self.tokenizer, num_generations)

@@ -14,7 +14,7 @@ from grpo_cli.errors import GrpoError
 from grpo_cli.evaluation import ScoredSamples, SuccessRule, sample_metrics
 from grpo_cli.models import load_policy
 from grpo_cli.rewards import FusionResult, RewardBatch, RewardExecutor, RewardFusion, score_and_fuse
-from grpo_cli.rollout import Generator, HFGenerator, Rollout
+from grpo_cli.rollout import Generator, Rollout, make_generator
 from grpo_cli.rollout.prompts import PromptBudget, PromptEncoder, context_length, fit_prompts
 
 
@@ -32,9 +32,10 @@ class SamplingModel:
 
     model_dir: Path  # the starting model's directory
     encoder: PromptEncoder
-    generator: HFGenerator
+    generator: Generator
     examples: list[dict[str, Any]]  # the split's prompts fitted to the context, at most max_prompts
     budget: PromptBudget
+    loop: str  # which sampling loop runs, and why not the fast one when it is not
 
 
 def load_sampling_model(
@@ -63,7 +64,8 @@ def load_sampling_model(
     kept = fitted[split][: max_prompts or None]
     if not kept:
         raise GrpoError(f"split={split} of data={data.kind} selects no prompts")
-    return SamplingModel(Path(model_dir), encoder, HFGenerator(policy, tokenizer, rollout), kept, budget)
+    generator, loop = make_generator(policy, tokenizer, rollout)
+    return SamplingModel(Path(model_dir), encoder, generator, kept, budget, loop)
 
 
 @torch.no_grad()

@@ -37,7 +37,7 @@ from grpo_cli.monitor import Observer, StepResult, truncate_metrics
 from grpo_cli.monitor.diversity import RepetitionAlert
 from grpo_cli.monitor.resources import peak_memory_mib
 from grpo_cli.rewards import RewardExecutor, RewardFusion, check_columns, resolve_reward_sources, reward_diagnostics
-from grpo_cli.rollout import HFGenerator
+from grpo_cli.rollout import make_generator
 from grpo_cli.rollout.prompts import PromptEncoder, context_length, fit_prompts
 from grpo_cli.stats import nanmean
 from grpo_cli.training.curriculum import RewardCurriculum
@@ -81,7 +81,7 @@ class GRPOTrainer:
         train_examples, eval_examples = split_examples(load_examples(cfg.data), cfg.data.eval_fraction, cfg.data.seed)
         check_columns(self.reward_sources, list({k for ex in train_examples for k in ex if k != "prompt"}))
         # e.g. the sandbox backend: shown at start-up, in every metrics line and in the summary
-        self.reward_diagnostics = reward_diagnostics(self.reward_sources)
+        self.diagnostics = reward_diagnostics(self.reward_sources)
         self.reward_fusion = RewardFusion(
             self.reward_sources, cfg.reward.max_consecutive_failures, cfg.reward.aggregation, cfg.reward.ema_momentum
         )
@@ -99,7 +99,7 @@ class GRPOTrainer:
         # No reference model is built or run when beta = 0; a resumed run reloads the starting model.
         starting_dir = self.model_dir if self.resumed_from else None
         self.reference = frozen_reference(self.model, starting_dir) if cfg.algo.beta > 0 else None
-        self.generator = HFGenerator(self.model, self.tokenizer, cfg.rollout)
+        self.generator, self.diagnostics["rollout_loop"] = make_generator(self.model, self.tokenizer, cfg.rollout)
         self.encoder = PromptEncoder(self.tokenizer, cfg.data.max_prompt_tokens, self.device)
         splits, self.prompt_budget = fit_prompts(
             {"train": train_examples, "eval": eval_examples},
@@ -189,7 +189,7 @@ class GRPOTrainer:
             rollout,
             lr,
             timings,
-            self.reward_diagnostics,
+            self.diagnostics,
             peak_memory_mib(self.device),
         )
         metrics.update({"clip/epsilon_low": epsilons[0], "clip/epsilon_high": epsilons[1]})

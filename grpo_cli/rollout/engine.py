@@ -1,0 +1,47 @@
+"""Which sampling loop a model gets: the fast loop where its cache allows, else `generate`."""
+
+from __future__ import annotations
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from grpo_cli.config.schema import RolloutConfig
+from grpo_cli.errors import GrpoError
+from grpo_cli.rollout.base import Generator
+from grpo_cli.rollout.fast import FastGenerator, resizable_cache, returned_cache
+from grpo_cli.rollout.hf import HFGenerator
+
+
+@torch.no_grad()
+def fast_loop_unsupported(model: PreTrainedModel) -> str | None:
+    """Why the fast loop cannot drive this model, or None: it needs a decoder-only model whose KV
+    cache can repeat and drop rows (one probe forward on one token tells)."""
+    if getattr(model.config, "is_encoder_decoder", False):
+        return "an encoder-decoder model"
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        cache = returned_cache(model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=device), use_cache=True))
+    except Exception as err:  # a model whose forward takes other arguments
+        return f"its forward failed on a probe ({type(err).__name__}: {err})"
+    finally:
+        model.train(was_training)
+    if not resizable_cache(cache):
+        return f"its cache ({type(cache).__name__}) cannot repeat or drop rows"
+    return None
+
+
+def make_generator(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, cfg: RolloutConfig
+) -> tuple[Generator, str]:
+    """The generator for `rollout.loop` and a line saying which loop runs (and why not the fast
+    one, when it is not). `fast` insists and fails naming the reason; `auto` falls back."""
+    if cfg.loop == "generate":
+        return HFGenerator(model, tokenizer, cfg), "generate (rollout.loop=generate)"
+    reason = fast_loop_unsupported(model)
+    if reason is None:
+        return FastGenerator(model, tokenizer, cfg), "fast"
+    if cfg.loop == "fast":
+        raise GrpoError(f"rollout.loop=fast cannot drive this model: {reason}; use rollout.loop=auto or generate")
+    return HFGenerator(model, tokenizer, cfg), f"generate ({reason})"

@@ -1,0 +1,160 @@
+"""A sampling loop that computes only what a GRPO rollout needs, behind the Generator interface.
+
+`generate` computes every prompt G times in prefill (its rows are G copies) and keeps decoding rows
+that already hit EOS until the longest one ends, running its general machinery (stopping criteria,
+processors for options we never use) at every token. Here each distinct prompt is prefilled once
+and its KV cache repeated G times; a row that samples EOS leaves the batch (and the cache) at once;
+the loop stops when every row is done. The next-token distribution is the one `generate` samples
+from: the same transformers warpers (temperature, then top-k, then top-p) on float32 logits, then
+softmax and `torch.multinomial` (argmax when greedy).
+
+Models whose cache cannot drop or repeat rows (a static, quantised or encoder-decoder cache) keep
+`generate`; `rollout.engine.make_generator` picks and says which, and why.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers.generation.logits_process import (
+    LogitsProcessorList,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from grpo_cli.config.schema import RolloutConfig
+from grpo_cli.rollout.base import Rollout, finish_rollout
+from grpo_cli.rollout.hf import eos_token_ids
+
+
+def warpers(cfg: RolloutConfig) -> LogitsProcessorList:
+    """The warpers `generate` applies for these sampling settings, in its order; a setting at its
+    neutral value adds none, as in `generate`."""
+    chain = LogitsProcessorList()
+    if cfg.temperature != 1.0:
+        chain.append(TemperatureLogitsWarper(cfg.temperature))
+    if cfg.top_k > 0:
+        chain.append(TopKLogitsWarper(cfg.top_k))
+    if cfg.top_p < 1.0:
+        chain.append(TopPLogitsWarper(cfg.top_p))
+    return chain
+
+
+def cache_argument(model: PreTrainedModel) -> str:
+    """The forward keyword a model takes its KV cache by: `cache` (transformers >= 5.20), else
+    `past_key_values`. A PEFT wrapper takes **kwargs: its base model's signature decides."""
+    base = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+def returned_cache(output: Any) -> Any:
+    """The KV cache a forward returned, under either name."""
+    cache = output.get("cache") if hasattr(output, "get") else None
+    return cache if cache is not None else output.past_key_values
+
+
+def resizable_cache(cache: object) -> bool:
+    """Whether a KV cache can repeat its rows (one prefill per prompt) and drop them (finished rows)."""
+    return callable(getattr(cache, "batch_repeat_interleave", None)) and callable(
+        getattr(cache, "batch_select_indices", None)
+    )
+
+
+class FastGenerator:
+    """Prefill once per prompt, decode only the rows still running (module docstring)."""
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, cfg: RolloutConfig) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_new_tokens = cfg.max_new_tokens
+        self.eos_ids = eos_token_ids(model, tokenizer)
+        self.warpers = warpers(cfg)
+        self.pad_id = tokenizer.pad_token_id
+        self.temperature = cfg.temperature
+        self.cache_argument = cache_argument(model)
+
+    @torch.no_grad()
+    def generate(
+        self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, num_generations: int, greedy: bool = False
+    ) -> Rollout:
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            completion_ids = self.sample(prompt_ids, prompt_mask, num_generations, greedy)
+        finally:
+            self.model.train(was_training)
+        return finish_rollout(
+            prompt_ids.repeat_interleave(num_generations, dim=0),
+            prompt_mask.repeat_interleave(num_generations, dim=0),
+            completion_ids,
+            self.eos_ids,
+            self.tokenizer,
+            num_generations,
+        )
+
+    def _next_token(self, logits: torch.Tensor, greedy: bool) -> torch.Tensor:
+        if greedy:
+            return logits.argmax(-1)
+        scores = self.warpers(None, logits)
+        return torch.multinomial(scores.softmax(-1), num_samples=1).squeeze(1)
+
+    def sample(
+        self,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        num_generations: int,
+        greedy: bool = False,
+        with_logprobs: bool = False,
+    ) -> Any:
+        """Completion ids [B·G, C], rows group by group, padded after each row's EOS; C is the
+        longest completion (at most max_new_tokens). `with_logprobs`: also each sampled token's
+        log-prob under softmax(logits / temperature), as the training pass scores it (0 after EOS)."""
+        g = num_generations
+        positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(
+            input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions, use_cache=True, logits_to_keep=1
+        )
+        cache = returned_cache(out)
+        if not resizable_cache(cache):
+            raise TypeError(f"{type(cache).__name__} cannot repeat or drop rows")
+        cache.batch_repeat_interleave(g)
+        logits = out.logits[:, -1].float().repeat_interleave(g, dim=0)
+        mask = prompt_mask.repeat_interleave(g, dim=0)
+        next_position = positions[:, -1:].repeat_interleave(g, dim=0) + 1
+        rows = logits.size(0)
+        tokens = torch.full((rows, self.max_new_tokens), self.pad_id, dtype=prompt_ids.dtype, device=prompt_ids.device)
+        logprobs = torch.zeros(tokens.shape, dtype=torch.float32, device=tokens.device) if with_logprobs else None
+        running = torch.arange(rows, device=prompt_ids.device)  # which rows of `tokens` are still in the batch
+        eos = torch.tensor(self.eos_ids, device=prompt_ids.device)
+        steps = 0
+        for step in range(self.max_new_tokens):
+            token = self._next_token(logits, greedy)
+            tokens[running, step] = token
+            if logprobs is not None:
+                scored = (logits / self.temperature).log_softmax(-1)
+                logprobs[running, step] = scored.gather(1, token.unsqueeze(1)).squeeze(1)
+            steps = step + 1
+            going = ~torch.isin(token, eos)
+            if step + 1 == self.max_new_tokens or not going.any():
+                break
+            if not going.all():  # finished rows leave the batch and the cache
+                keep = going.nonzero().squeeze(1)
+                running, token, mask, next_position = running[keep], token[keep], mask[keep], next_position[keep]
+                cache.batch_select_indices(keep)
+            mask = torch.cat([mask, mask.new_ones(mask.size(0), 1)], dim=1)
+            out = self.model(
+                input_ids=token.unsqueeze(1),
+                attention_mask=mask,
+                position_ids=next_position,
+                use_cache=True,
+                **{self.cache_argument: cache},
+            )
+            logits = out.logits[:, -1].float()
+            next_position = next_position + 1
+        if logprobs is not None:
+            return tokens[:, :steps], logprobs[:, :steps]
+        return tokens[:, :steps]

@@ -1,0 +1,123 @@
+"""The fast sampling loop against `generate` and a full forward, on the tiny model loaded through
+`from_pretrained`: the same greedy tokens (early EOS rows dropped included), the same per-token
+log-probs as the padded training pass, the same sampling distribution, and the fallback rule."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from grpo_cli.config.schema import ModelConfig, RolloutConfig
+from grpo_cli.core.logprobs import completion_logprobs_and_entropy
+from grpo_cli.errors import GrpoError
+from grpo_cli.models import load_policy
+from grpo_cli.rollout import FastGenerator, HFGenerator, completion_mask_from_eos, make_generator
+from grpo_cli.rollout.engine import fast_loop_unsupported
+from grpo_cli.rollout.prompts import PromptEncoder
+from tests.conftest import run_grpo
+
+PROMPTS = ["12+7=", "3+4=", "100+250=", "9+9="]  # different lengths: left padding in the batch
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory):
+    model, tokenizer, _ = load_policy(
+        ModelConfig(), tmp_path_factory.mktemp("tiny"), seed=0, device=torch.device("cpu"), precision_dtype="fp32"
+    )
+    ids, mask = PromptEncoder(tokenizer, 64, torch.device("cpu"))(PROMPTS)
+    return model, tokenizer, ids, mask
+
+
+def _both(tiny, **rollout) -> tuple[FastGenerator, HFGenerator]:
+    model, tokenizer, _, _ = tiny
+    cfg = RolloutConfig(**rollout)
+    return FastGenerator(model, tokenizer, cfg), HFGenerator(model, tokenizer, cfg)
+
+
+def test_greedy_tokens_equal_generate_including_rows_dropped_at_an_early_eos(tiny) -> None:
+    model, tokenizer, ids, mask = tiny
+    noisy = copy.deepcopy(model)  # the random init answers "=" to everything: shake it to vary the answers
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for parameter in noisy.parameters():
+            parameter.add_(torch.randn_like(parameter))
+    fast, slow = _both((noisy, tokenizer, ids, mask), max_new_tokens=12)
+    reference = slow.generate(ids, mask, 2, greedy=True)
+    assert torch.equal(fast.generate(ids, mask, 2, greedy=True).completion_ids, reference.completion_ids)
+    # Make a token some rows emit later (never first) an end-of-sequence: rows stop at different steps
+    first = set(reference.completion_ids[:, 0].tolist())
+    stop = next(t for t in reference.completion_ids[:, 1:].flatten().tolist() if t not in first)
+    fast.eos_ids = [stop]
+    slow.eos_ids = slow.greedy.eos_token_id = [stop]
+    early_fast, early_slow = fast.generate(ids, mask, 2, greedy=True), slow.generate(ids, mask, 2, greedy=True)
+    assert early_fast.lengths.tolist() == early_slow.lengths.tolist()
+    assert early_fast.lengths.min() < early_fast.lengths.max()  # some rows did stop early
+    assert torch.equal(
+        early_fast.completion_ids * early_fast.completion_mask, early_slow.completion_ids * early_slow.completion_mask
+    )
+    assert early_fast.texts == early_slow.texts and early_fast.truncated.tolist() == early_slow.truncated.tolist()
+
+
+def test_the_loop_scores_each_token_as_the_padded_training_pass_does(tiny) -> None:
+    model, _, ids, mask = tiny
+    fast, _ = _both(tiny, max_new_tokens=10, temperature=0.8)
+    torch.manual_seed(0)
+    tokens, logps = fast.sample(ids, mask, 4, with_logprobs=True)
+    rollout = fast.generate(ids, mask, 4)  # for the masks; its tokens differ (a new draw)
+    completion_mask, _ = completion_mask_from_eos(tokens, fast.eos_ids)  # the trainer's mask
+    expected, _ = completion_logprobs_and_entropy(
+        model, rollout.prompt_ids, rollout.prompt_mask, tokens, completion_mask, 0.8, with_entropy=False
+    )
+    # 1e-6 absolute and relative: a few float32 ulps of a log-prob near -5 (the cache's matmuls are shaped differently)
+    torch.testing.assert_close(logps * completion_mask, expected.detach() * completion_mask, atol=1e-6, rtol=1e-6)
+
+
+def test_sampling_follows_generates_distribution_with_temperature_top_k_and_top_p(tiny) -> None:
+    model, _, ids, mask = tiny
+    settings = {"max_new_tokens": 1, "temperature": 0.7, "top_k": 6, "top_p": 0.9}
+    fast, slow = _both(tiny, **settings)
+    one = (ids[:1], mask[:1])
+    draws = 6000
+    torch.manual_seed(1)
+    fast_tokens = fast.generate(*one, draws).completion_ids[:, 0]
+    torch.manual_seed(2)
+    slow_tokens = slow.generate(*one, draws).completion_ids[:, 0]
+    logits = model(input_ids=one[0], attention_mask=one[1]).logits[0, -1].float()
+    exact = fast.warpers(None, logits[None])[0].softmax(-1)  # what both should sample from
+    assert int((exact > 0).sum()) <= 6  # top-k and top-p did cut the vocabulary
+    for tokens in (fast_tokens, slow_tokens):
+        seen = torch.bincount(tokens, minlength=exact.numel()).float() / draws
+        assert set(tokens.unique().tolist()) <= set((exact > 0).nonzero().squeeze(1).tolist())
+        assert 0.5 * (seen - exact).abs().sum() < 0.03  # total variation; ~0.01 from 6000 draws
+
+
+def test_auto_takes_the_fast_loop_for_the_tiny_model_and_generate_insists_on_generate(tiny) -> None:
+    model, tokenizer, _, _ = tiny
+    assert fast_loop_unsupported(model) is None
+    generator, loop = make_generator(model, tokenizer, RolloutConfig())
+    assert isinstance(generator, FastGenerator) and loop == "fast"
+    generator, loop = make_generator(model, tokenizer, RolloutConfig(loop="generate"))
+    assert isinstance(generator, HFGenerator) and loop == "generate (rollout.loop=generate)"
+
+
+def test_an_encoder_decoder_model_falls_back_to_generate_and_fast_says_why(tiny) -> None:
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    _, tokenizer, _, _ = tiny
+    config = T5Config(vocab_size=300, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2, decoder_start_token_id=0)
+    model = T5ForConditionalGeneration(config)
+    assert fast_loop_unsupported(model) == "an encoder-decoder model"
+    generator, loop = make_generator(model, tokenizer, RolloutConfig())
+    assert isinstance(generator, HFGenerator) and loop == "generate (an encoder-decoder model)"
+    with pytest.raises(GrpoError, match="rollout.loop=fast cannot drive this model: an encoder-decoder model"):
+        make_generator(model, tokenizer, RolloutConfig(loop="fast"))
+
+
+def test_the_trainer_reports_the_loop_in_its_summary(tmp_path: Path) -> None:
+    result = run_grpo("train", "debug=smoke", f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads((tmp_path / "summary.json").read_text())["rollout_loop"] == "fast"
