@@ -73,3 +73,22 @@ def test_build_optimizer_keeps_its_schedule_and_needs_the_batch_only_when_scalin
     assert plain.param_groups[0]["lr"] == 1e-6
     with pytest.raises(GrpoError, match=r"optim.lr_scaling=sqrt: build_optimizer needs the completions"):
         build_optimizer(torch.nn.Linear(2, 1), optim(lr_scaling="sqrt"), 10)
+
+
+def test_the_optimizer_is_torchs_fused_adamw_and_steps_as_the_per_tensor_loop_does():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
+    twin = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
+    twin.load_state_dict(model.state_dict())
+    cfg = optim(lr=1e-2, weight_decay=0.1)
+    fused, _ = build_optimizer(model, cfg, total_optimizer_steps=10)
+    assert fused.defaults["fused"] is True
+    plain = torch.optim.AdamW(twin.parameters(), lr=1e-2, betas=tuple(cfg.betas), weight_decay=0.1, fused=False)
+    x = torch.randn(32, 8)
+    for _ in range(5):
+        for net, opt in ((model, fused), (twin, plain)):
+            opt.zero_grad()
+            net(x).square().mean().backward()
+            opt.step()
+    for a, b in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
