@@ -313,22 +313,14 @@ def trl_config(spec: RunSpec) -> Any:
     return GRPOConfig(**kwargs)
 
 
-def run_trl(spec: RunSpec) -> RunResult:
-    start = time.perf_counter()
-    import torch
-
-    torch.set_num_threads(spec.threads)
-    from datasets import Dataset
+def trl_classes() -> tuple[type, type]:
+    """(StepClock, RecordingGRPOTrainer), built on TRL's classes once TRL is imported."""
     from transformers import TrainerCallback
     from trl import GRPOTrainer
 
-    from grpo_cli.rewards.answers import answer_partial_credit, exact_match
-
-    w, g = spec.workload, spec.workload.num_generations
-    _, schedule = prompt_schedule(spec.seed, spec.steps, w.prompts_per_step)
-
     class StepClock(TrainerCallback):
-        """Wall clock of each optimizer step: generation, scoring, loss, backward, clip, AdamW."""
+        """Wall clock of each optimizer step: generation, scoring, loss, backward, clip, AdamW (the
+        dataloader's hand-over of the prompt rows comes before on_step_begin, logging after on_step_end)."""
 
         def __init__(self) -> None:
             self.started = 0.0
@@ -340,8 +332,11 @@ def run_trl(spec: RunSpec) -> RunResult:
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.seconds.append(time.perf_counter() - self.started)
 
-    class Recording(GRPOTrainer):
-        """Records what each generation batch was: its prompts, token counts, reward, time."""
+    class RecordingGRPOTrainer(GRPOTrainer):
+        """TRL's trainer, recording each generation batch: time, prompts, token counts, reward."""
+
+        bench_generate_s: list[float]
+        bench_batches: list[dict[str, Any]]
 
         def _generate(self, prompts: list) -> Any:
             t0 = time.perf_counter()
@@ -351,42 +346,56 @@ def run_trl(spec: RunSpec) -> RunResult:
 
         def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
             out = super()._generate_and_score_completions(inputs)
-            lengths = out["completion_mask"].sum(1).tolist()
+            g = self.num_generations  # rows are group by group here (shuffled only afterwards)
             self.bench_batches.append(
                 {
                     "prompts": [row["prompt"] for row in inputs[::g]],
                     "prompt_tokens": int(out["prompt_mask"][::g].sum()),
-                    "lengths": [int(n) for n in lengths],
-                    "reward": self._metrics["train"]["reward"][-1],
+                    "lengths": [int(n) for n in out["completion_mask"].sum(1).tolist()],
+                    "reward": self._metrics["train"]["reward"][-1],  # the weighted sum: here the mean
                 }
             )
             return out
 
-    Recording.bench_generate_s, Recording.bench_batches = [], []
-    clock = StepClock()
-    trainer = Recording(
+    return StepClock, RecordingGRPOTrainer
+
+
+def run_trl(spec: RunSpec) -> RunResult:
+    start = time.perf_counter()
+    import torch
+
+    torch.set_num_threads(spec.threads)
+    from datasets import Dataset
+
+    from grpo_cli.rewards.answers import answer_partial_credit, exact_match
+
+    w = spec.workload
+    _, schedule = prompt_schedule(spec.seed, spec.steps, w.prompts_per_step)
+    step_clock, trainer_class = trl_classes()
+    clock = step_clock()
+    trainer = trainer_class(
         model=spec.model_dir,
         reward_funcs=[exact_match, answer_partial_credit],
         args=trl_config(spec),
         train_dataset=Dataset.from_list(schedule),
         callbacks=[clock],
     )
+    trainer.bench_generate_s, trainer.bench_batches = [], []
     setup_s = time.perf_counter() - start
     trainer.train()
+    if not len(clock.seconds) == len(trainer.bench_batches) == spec.steps:
+        raise SystemExit(
+            f"TRL ran {len(clock.seconds)} steps and {len(trainer.bench_batches)} generations, not {spec.steps}"
+        )
     records = []
     for index, (seconds, gen_s, batch) in enumerate(
-        zip(clock.seconds, Recording.bench_generate_s, Recording.bench_batches)
+        zip(clock.seconds, trainer.bench_generate_s, trainer.bench_batches)
     ):
         expected = [ex["prompt"] for ex in schedule[index * w.prompts_per_step : (index + 1) * w.prompts_per_step]]
         assert batch["prompts"] == expected, f"TRL step {index + 1} got other prompts than grpo's order"
-        check_forced_lengths(spec, statistics.fmean(batch["lengths"]))
-        records.append(
-            StepRecord(
-                seconds, gen_s, batch["reward"], batch["prompt_tokens"], sum(batch["lengths"]), len(batch["lengths"])
-            )
-        )
-    if len(records) != spec.steps:
-        raise SystemExit(f"TRL ran {len(records)} steps, {spec.steps} asked")
+        lengths = batch["lengths"]
+        check_forced_lengths(spec, statistics.fmean(lengths))
+        records.append(StepRecord(seconds, gen_s, batch["reward"], batch["prompt_tokens"], sum(lengths), len(lengths)))
     notes = {"torch_threads": torch.get_num_threads(), "model_dtype": str(trainer.model.dtype)}
     return RunResult("trl", w.name, spec.seed, records, peak_rss_mib(), setup_s, spec.threads, notes)
 
@@ -569,12 +578,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    os.environ["HF_HUB_OFFLINE"] = "1"  # before transformers reads it: the models are built here, not fetched
     if args.child is not None:
         child_main(args.child)
         return
     if importlib.util.find_spec("trl") is None:
         raise SystemExit(TRL_MISSING)
     started, load_before = time.perf_counter(), os.getloadavg()
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
     names = {"grpo": "grpo (rollout.loop=generate)" if args.identical_work else "grpo", "trl": "TRL"}
     peak = matmul_peak_gflops(args.threads)
     raw: dict[str, Any] = {"runs": [], "workloads": {}, "summary": {}}

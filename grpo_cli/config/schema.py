@@ -174,6 +174,7 @@ class AlgoConfig:
 
 
 ROLLOUT_LOOPS = ("auto", "fast", "generate")  # rollout.loop
+LAYOUTS = ("auto", "packed", "padded")  # train.layout
 
 
 @dataclass
@@ -219,6 +220,7 @@ class TrainLoopConfig:
     resume_allow_changes: bool = False
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     threads: int = 0
+    layout: str = "auto"  # training passes: packed (each prompt once, no padding) | padded | auto (cheaper one)
 
 
 @dataclass

@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
+from grpo_cli.core.packing import pack
+
 # Logit elements upcast to float32 at once (2**25: 128 MiB): about 220 rows of a 150k vocabulary.
 # A full-vocabulary fp32 copy of every row would be [B, C, V] * 4 bytes, gigabytes for a real model.
 CHUNK_ELEMENTS = 2**25
@@ -129,3 +131,27 @@ def completion_logprobs_and_entropy(
     ids = F.pad(completion_ids, (0, 1))
     logps, entropy = token_logprobs_and_entropy(logits, ids, temperature, with_entropy=with_entropy)
     return logps[:, :-1], entropy[:, :-1] if with_entropy else entropy
+
+
+def packed_completion_logprobs_and_entropy(
+    model: PreTrainedModel,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    groups: torch.Tensor,
+    temperature: float = 1.0,
+    with_entropy: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`completion_logprobs_and_entropy` computed in the packed layout (`core.packing`): each
+    group's prompt once, real tokens only; the same [B, C] results (equal to float rounding)."""
+    dtype = next(model.parameters()).dtype
+    batch = pack(prompt_ids, prompt_mask, completion_ids, completion_mask, groups, dtype)
+    logits = model(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+        use_cache=False,
+    ).logits
+    picked = logits[batch.source_row, batch.source_position]  # [B, C, V]: where each token was predicted
+    return token_logprobs_and_entropy(picked, completion_ids, temperature, with_entropy=with_entropy)

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 import torch
 
 from grpo_cli.config.schema import AlgoConfig
-from grpo_cli.core.logprobs import completion_logprobs_and_entropy
+from grpo_cli.core.logprobs import completion_logprobs_and_entropy, packed_completion_logprobs_and_entropy
 from grpo_cli.core.loss import LossNormalizer, aggregate_loss, clipped_surrogate, importance_ratio, kl_penalty
+from grpo_cli.core.packing import choose_layout
 from grpo_cli.rollout.base import Rollout
 
 AutocastFactory = Callable[[], contextlib.AbstractContextManager]
@@ -27,6 +28,7 @@ class UpdateSettings:
     max_new_tokens: int  # dr_grpo's constant denominator
     grad_accum_steps: int  # micro-batches per optimizer step: memory, not maths
     max_grad_norm: float  # 0: no clipping (the norm is still measured)
+    layout: str  # train.layout: packed | padded | auto (core.packing.choose_layout per micro-batch)
 
 
 @dataclass
@@ -90,26 +92,42 @@ class EntropySum:
         return self.total / self.tokens if self.tokens else math.nan
 
 
+def rows_logprobs(
+    model: torch.nn.Module,
+    rollout: Rollout,
+    rows: torch.Tensor,
+    temperature: float,
+    layout: str,
+    with_entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs (and entropies) [len(rows), C] of these rollout rows, in the layout `layout`
+    picks for them (`core.packing.choose_layout`): the one forward pass every update pass makes."""
+    prompt_ids, prompt_mask = rollout.prompt_ids[rows], rollout.prompt_mask[rows]
+    completion_ids, completion_mask = rollout.completion_ids[rows], rollout.completion_mask[rows]
+    groups = rows // rollout.group_size
+    if choose_layout(layout, prompt_mask, completion_mask, groups, model.config.hidden_size) == "packed":
+        return packed_completion_logprobs_and_entropy(
+            model, prompt_ids, prompt_mask, completion_ids, completion_mask, groups, temperature, with_entropy
+        )
+    return completion_logprobs_and_entropy(
+        model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature, with_entropy
+    )
+
+
 @torch.no_grad()
 def _logprobs_no_grad(
     model: torch.nn.Module,
     rollout: Rollout,
     micro: int,
-    temperature: float,
+    settings: UpdateSettings,
     autocast: AutocastFactory,
     entropy: EntropySum | None = None,
 ) -> torch.Tensor:
     chunks = []
     for idx in torch.arange(rollout.completion_ids.size(0), device=rollout.completion_ids.device).split(micro):
         with autocast():
-            logps, entropies = completion_logprobs_and_entropy(
-                model,
-                rollout.prompt_ids[idx],
-                rollout.prompt_mask[idx],
-                rollout.completion_ids[idx],
-                rollout.completion_mask[idx],
-                temperature,
-                with_entropy=entropy is not None,
+            logps, entropies = rows_logprobs(
+                model, rollout, idx, settings.temperature, settings.layout, with_entropy=entropy is not None
             )
         if entropy is not None:
             entropy.add(entropies, rollout.completion_mask[idx])
@@ -150,14 +168,8 @@ def policy_update(
     # single update old = stop_gradient(lp), which costs no extra forward pass.
     reuse_old = algo.num_iterations > 1 or algo.mini_batches > 1
     entropy = EntropySum()
-    old_logps = (
-        _logprobs_no_grad(model, rollout, micro_size, settings.temperature, autocast, entropy) if reuse_old else None
-    )
-    ref_logps = (
-        _logprobs_no_grad(reference, rollout, micro_size, settings.temperature, autocast)
-        if reference is not None
-        else None
-    )
+    old_logps = _logprobs_no_grad(model, rollout, micro_size, settings, autocast, entropy) if reuse_old else None
+    ref_logps = _logprobs_no_grad(reference, rollout, micro_size, settings, autocast) if reference is not None else None
     max_norm = settings.max_grad_norm if settings.max_grad_norm > 0 else math.inf
     loss_sum = kl_sum = low_sum = high_sum = tokens = 0.0
     norms: list[float] = []
@@ -177,13 +189,12 @@ def policy_update(
             step_loss = 0.0
             for micro in micro_batches:
                 with autocast():
-                    logps, entropies = completion_logprobs_and_entropy(
+                    logps, entropies = rows_logprobs(
                         model,
-                        rollout.prompt_ids[micro],
-                        rollout.prompt_mask[micro],
-                        rollout.completion_ids[micro],
-                        rollout.completion_mask[micro],
+                        rollout,
+                        micro,
                         settings.temperature,
+                        settings.layout,
                         with_entropy=not reuse_old,  # one update: this pass sees every row, unmoved
                     )
                 if not reuse_old:

@@ -124,7 +124,11 @@ class GRPOTrainer:
         self.repetition = RepetitionAlert(cfg.monitor.repetition_alert)
         self.halt: GuardVerdict | None = None  # a guard's pause or stop, carried out once the step is saved
         self.update_settings = UpdateSettings(
-            cfg.rollout.temperature, cfg.rollout.max_new_tokens, cfg.train.grad_accum_steps, cfg.optim.max_grad_norm
+            cfg.rollout.temperature,
+            cfg.rollout.max_new_tokens,
+            cfg.train.grad_accum_steps,
+            cfg.optim.max_grad_norm,
+            cfg.train.layout,
         )
         self.state.register("rng", RngState())
         self.state.register("sampler", self.sampler)

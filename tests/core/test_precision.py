@@ -32,7 +32,7 @@ def update(model, rollout, advantages, scaler):
         advantages,
         rollout.completion_mask.float(),
         AlgoConfig(),
-        UpdateSettings(1.0, 6, 2, 1.0),
+        UpdateSettings(1.0, 6, 2, 1.0, "padded"),
         scaler=scaler,
     )
 

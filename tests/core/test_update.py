@@ -38,7 +38,15 @@ def run_update(
     mask = rollout.completion_mask.float() if loss_mask is None else loss_mask
     torch.manual_seed(1)  # the mini-batch plan draws from the global RNG, as in training
     stats = policy_update(
-        model, opt, sched, rollout, advantages, mask, algo, UpdateSettings(1.0, NEW, grad_accum, 0.0), reference
+        model,
+        opt,
+        sched,
+        rollout,
+        advantages,
+        mask,
+        algo,
+        UpdateSettings(1.0, NEW, grad_accum, 0.0, "padded"),
+        reference,
     )
     return stats, opt, sched
 
@@ -69,7 +77,7 @@ def test_optimizer_steps_are_exact_and_the_linear_schedule_ends_at_zero(base_mod
             advantages_for(rollout),
             rollout.completion_mask.float(),
             algo,
-            UpdateSettings(1.0, NEW, 1, 1.0),
+            UpdateSettings(1.0, NEW, 1, 1.0, "padded"),
         )
         assert stats.optimizer_steps == 8 and stats.skipped_updates == 0
     assert sched.get_last_lr()[0] == pytest.approx(0.0, abs=1e-12)
