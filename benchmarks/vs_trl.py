@@ -31,9 +31,9 @@ temporary directory, removed at the end.
 Columns of the table:
 
     step s          median wall clock of one whole step (generation + scoring + update) over every
-                    seed's steps after the warm-up ones; grpo: around GRPOTrainer.step(), TRL: from
-                    a TrainerCallback's on_step_begin to its on_step_end (optimizer step included,
-                    logging excluded, as grpo's observers are)
+                    seed's steps after the warm-up ones; grpo: around GRPOTrainer.step() (the loop's
+                    observers and state snapshot excluded), TRL: from a TrainerCallback's
+                    on_step_begin to its on_step_end (optimizer step included, logging excluded)
     seed medians    the lowest and highest of the per-seed medians: how noisy the machine was
     completions/s   completions per step / median step time
     gen s, rest s   median generation time (grpo: time/generate_s; TRL: GRPOTrainer._generate,
@@ -242,7 +242,8 @@ def run_grpo(spec: RunSpec) -> RunResult:
         n = w.prompts_per_step * w.num_generations
         batch = schedule[index * w.prompts_per_step : (index + 1) * w.prompts_per_step]
         check_forced_lengths(spec, m["completion_len/mean"])
-        loops.add(str(m.get("rollout_loop", "generate")))
+        if "rollout_loop" in m:  # e.g. "fast", "generate (rollout.loop=generate)"
+            loops.add(str(m["rollout_loop"]).split(" ")[0])
         records.append(
             StepRecord(
                 step_s=step_s,
@@ -514,7 +515,7 @@ def summarize(runs: list[RunResult], params: int, warmup: int, peak_gflops: floa
     }
 
 
-def markdown_table(summary: dict[str, dict[str, dict[str, Any]]], framework_names: dict[str, str]) -> str:
+def markdown_table(summary: dict[str, dict[str, dict[str, Any]]], labels: dict[str, str]) -> str:
     header = [
         "workload",
         "framework",
@@ -536,7 +537,7 @@ def markdown_table(summary: dict[str, dict[str, dict[str, Any]]], framework_name
             lo, hi = min(s["step_s_seed_medians"]), max(s["step_s_seed_medians"])
             cells = [
                 workload,
-                framework_names[framework],
+                labels[framework],
                 f"{s['step_s_median']:.3f}",
                 f"{lo:.3f}-{hi:.3f}",
                 f"{s['completions_per_s']:.0f}",
@@ -588,7 +589,6 @@ def main(argv: list[str] | None = None) -> None:
     import transformers
 
     transformers.utils.logging.disable_progress_bar()
-    names = {"grpo": "grpo (rollout.loop=generate)" if args.identical_work else "grpo", "trl": "TRL"}
     peak = matmul_peak_gflops(args.threads)
     raw: dict[str, Any] = {"runs": [], "workloads": {}, "summary": {}}
     with tempfile.TemporaryDirectory(prefix="vs_trl_") as tmp_name:
@@ -634,12 +634,18 @@ def main(argv: list[str] | None = None) -> None:
         load_average={"before": load_before, "after": os.getloadavg()},
         cpus=os.cpu_count(),
     )
-    print_report(raw, names)
+    print_report(raw)
     if args.json:
         args.json.write_text(json.dumps(raw, indent=1))
 
 
-def print_report(raw: dict[str, Any], names: dict[str, str]) -> None:
+def framework_names(raw: dict[str, Any]) -> dict[str, str]:
+    """Table labels; grpo's names the sampling loop it ran (metrics `rollout_loop`, where grpo logs it)."""
+    loops = sorted({loop for run in raw["runs"] if run["framework"] == "grpo" for loop in run["notes"]["rollout_loop"]})
+    return {"grpo": f"grpo ({'/'.join(loops)} loop)" if loops else "grpo", "trl": f"TRL {raw['versions']['trl']}"}
+
+
+def print_report(raw: dict[str, Any]) -> None:
     v, peak, load = raw["versions"], raw["matmul_peak_gflops"], raw["load_average"]
     settings = raw["settings"]
     print(
@@ -663,7 +669,7 @@ def print_report(raw: dict[str, Any], names: dict[str, str]) -> None:
     print("needed FLOPs/step = 3 forwards x 2·P·T + 1 backward x 4·P·T = 10·P·T, T = prompt tokens once per group")
     print("  + actual completion tokens; % fp32 peak = needed FLOPs / step time / matmul peak")
     print()
-    print(markdown_table(raw["summary"], names))
+    print(markdown_table(raw["summary"], framework_names(raw)))
     print()
     print(f"benchmark wall time {raw['wall_s']:.0f} s")
 

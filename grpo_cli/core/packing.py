@@ -29,10 +29,6 @@ class PackedBatch:
     source_position: torch.Tensor  # [n, C]: ... and the position in it
 
 
-def _lengths(mask: torch.Tensor) -> list[int]:
-    return mask.sum(-1).tolist()
-
-
 def pack(
     prompt_ids: torch.Tensor,
     prompt_mask: torch.Tensor,
@@ -57,65 +53,61 @@ def pack(
     device = completion_ids.device
     n, c = completion_ids.shape
     p = prompt_ids.size(1)
-    prompt_len, completion_len = _lengths(prompt_mask), _lengths(completion_mask)
-    order: dict[int, list[int]] = {}
-    for row, group in enumerate(groups.tolist()):
-        order.setdefault(group, []).append(row)
-    members = list(order.values())
-    sizes = [prompt_len[rows[0]] + sum(completion_len[r] for r in rows) for rows in members]
-    k, t = len(members), max(sizes)
-    # Where each packed position's token comes from: (row, column) of prompt_ids or completion_ids.
-    dst_k, dst_t, src_row, src_col, is_prompt, position, segment = [], [], [], [], [], [], []
-    source_row = torch.zeros(n, c, dtype=torch.long)
-    source_position = torch.zeros(n, c, dtype=torch.long)
-    for slot, rows in enumerate(members):
-        length = prompt_len[rows[0]]
-        for j in range(length):
-            dst_k.append(slot), dst_t.append(j), src_row.append(rows[0]), src_col.append(p - length + j)
-            is_prompt.append(True), position.append(j), segment.append(-1)
-        offset = length
-        for row in rows:
-            span = completion_len[row]
-            for j in range(span):
-                dst_k.append(slot), dst_t.append(offset + j), src_row.append(row), src_col.append(j)
-                is_prompt.append(False), position.append(length + j), segment.append(row)
-            source_row[row] = slot
-            if span:  # token j is predicted at position j - 1 of the completion, token 0 at the prompt's end
-                source_position[row, 0] = length - 1
-                source_position[row, 1:span] = torch.arange(offset, offset + span - 1)
-            offset += span
-    dst = (torch.tensor(dst_k), torch.tensor(dst_t))
-    src_row_t, src_col_t, prompt_part = torch.tensor(src_row), torch.tensor(src_col), torch.tensor(is_prompt)
-    tokens = torch.where(
-        prompt_part,
-        prompt_ids[src_row_t, src_col_t.clamp(max=p - 1)],
-        completion_ids[src_row_t, src_col_t.clamp(max=c - 1)],
+    prompt_len, completion_len = prompt_mask.sum(-1), completion_mask.sum(-1)
+    _, slot = torch.unique(groups, return_inverse=True)  # the packed row of each completion
+    k = int(slot.max()) + 1
+    first = torch.full((k,), n, dtype=torch.long, device=device).scatter_reduce_(
+        0, slot, torch.arange(n, device=device), reduce="amin"
+    )  # a row of each group: its prompt is the group's
+    slot_prompt = prompt_len[first]
+    # Completions follow their prompt in row order: start = prompt length + the lengths before it in its group.
+    order = torch.argsort(slot, stable=True)
+    lengths_sorted = completion_len[order]
+    before = lengths_sorted.cumsum(0) - lengths_sorted
+    group_start = torch.zeros(k, dtype=torch.long, device=device).scatter_reduce_(
+        0, slot[order], before, reduce="amin", include_self=False
     )
+    start = torch.empty(n, dtype=torch.long, device=device)
+    start[order] = slot_prompt[slot[order]] + before - group_start[slot[order]]
+    sizes = slot_prompt + torch.zeros(k, dtype=torch.long, device=device).index_add_(0, slot, completion_len)
+    t = int(sizes.max())
     input_ids = torch.zeros(k, t, dtype=prompt_ids.dtype, device=device)
-    input_ids[dst] = tokens
-    position_ids = torch.zeros(k, t, dtype=torch.long)
-    position_ids[dst] = torch.tensor(position)
-    seg = torch.full((k, t), -2)  # -2 padding, -1 prompt, else the completion's row
-    seg[dst] = torch.tensor(segment)
+    position_ids = torch.zeros(k, t, dtype=torch.long, device=device)
+    seg = torch.full((k, t), -2, dtype=torch.long, device=device)  # -2 padding, -1 prompt, else the row
+    # prompts: position j of slot s holds prompt_ids[first[s], p - len + j]
+    j = torch.arange(p, device=device).expand(k, p)
+    in_prompt = j < slot_prompt.unsqueeze(1)
+    src = (p - slot_prompt.unsqueeze(1) + j).clamp(max=p - 1)
+    slots = torch.arange(k, device=device).unsqueeze(1).expand(k, p)
+    input_ids[slots[in_prompt], j[in_prompt]] = prompt_ids[first.unsqueeze(1).expand(k, p), src][in_prompt]
+    position_ids[slots[in_prompt], j[in_prompt]] = j[in_prompt]
+    seg[slots[in_prompt], j[in_prompt]] = -1
+    # completions: token j of row r goes to start[r] + j of its slot
+    j = torch.arange(c, device=device).expand(n, c)
+    real = j < completion_len.unsqueeze(1)
+    rows = torch.arange(n, device=device).unsqueeze(1).expand(n, c)
+    where = (start.unsqueeze(1) + j)[real]
+    input_ids[slot.unsqueeze(1).expand(n, c)[real], where] = completion_ids[real]
+    position_ids[slot.unsqueeze(1).expand(n, c)[real], where] = (prompt_len.unsqueeze(1) + j)[real]
+    seg[slot.unsqueeze(1).expand(n, c)[real], where] = rows[real]
+    # token j is predicted at position j - 1 of its completion, token 0 at the prompt's last position
+    source_position = torch.where(j == 0, slot_prompt[slot].unsqueeze(1) - 1, start.unsqueeze(1) + j - 1)
+    source_position = torch.where(real, source_position, torch.zeros_like(source_position))
     q, kv = seg.unsqueeze(2), seg.unsqueeze(1)
-    causal = torch.ones(t, t, dtype=torch.bool).tril()
+    causal = torch.ones(t, t, dtype=torch.bool, device=device).tril()
     allowed = causal & (kv != -2) & ((kv == -1) | (kv == q))
-    allowed |= torch.eye(t, dtype=torch.bool)  # a padding query looks at itself: no row of -inf only
-    mask = torch.zeros(k, 1, t, t, dtype=dtype).masked_fill_(~allowed.unsqueeze(1), torch.finfo(dtype).min)
-    return PackedBatch(
-        input_ids,
-        position_ids.to(device),
-        mask.to(device),
-        source_row.to(device),
-        source_position.to(device),
+    allowed |= torch.eye(t, dtype=torch.bool, device=device)  # a padding query looks at itself: no row of -inf only
+    mask = torch.zeros(k, 1, t, t, dtype=dtype, device=device).masked_fill_(
+        ~allowed.unsqueeze(1), torch.finfo(dtype).min
     )
+    return PackedBatch(input_ids, position_ids, mask, slot.unsqueeze(1).expand(n, c), source_position)
 
 
 def token_counts(prompt_mask: torch.Tensor, completion_mask: torch.Tensor, groups: torch.Tensor) -> tuple[int, int]:
     """(tokens a padded pass computes, tokens a packed pass computes) for these rows."""
     n = completion_mask.size(0)
     padded = n * (prompt_mask.size(1) + completion_mask.size(1))
-    prompt_len, completion_len = _lengths(prompt_mask), _lengths(completion_mask)
+    prompt_len, completion_len = prompt_mask.sum(-1).tolist(), completion_mask.sum(-1).tolist()
     first: dict[int, int] = {}
     packed = 0
     for row, group in enumerate(groups.tolist()):
