@@ -17,7 +17,7 @@ ModelConfig(kind="hf", path=DIR), TRL: GRPOTrainer(model=DIR)) and share every s
 changes the work or the maths: beta 0.04 (so both run a frozen reference model), k3 KL,
 temperature 1.0, top_p 1, top_k 0, clip epsilon 0.2/0.2, token-level ratios, loss_type "grpo"
 (mean over sequences of each sequence's token mean), scale_rewards "group" (std + 1e-4), AdamW
-(torch, not fused) betas (0.9, 0.99), eps 1e-8, weight decay 0, constant lr with no warm-up,
+(torch's fused kernel in both) betas (0.9, 0.99), eps 1e-8, weight decay 0, constant lr with no warm-up,
 max_grad_norm 1.0, fp32 weights and maths, no gradient checkpointing, the same number of torch
 threads, the arithmetic prompts in grpo's own order for the seed (TRL: unshuffled dataset of that
 order), and grpo's own reward functions (grpo_cli.rewards.answers.exact_match and
@@ -59,14 +59,10 @@ The fp32 matmul peak is the best GFLOP/s of a few torch.mm of 1024-2048 square f
 this process, at the thread count the runs use (and, in the JSON, at all cores). A busy machine
 lowers every figure; the load average before and after is printed with the table.
 
-`--identical-work` forces every completion to exactly max new tokens on both sides: the shared
-model directory's generation_config.json gets min_new_tokens = max_new_tokens (transformers'
-MinNewTokensLengthLogitsProcessor: EOS has probability 0 until then), which TRL also gets
-explicitly through GRPOConfig.generation_kwargs. grpo has no rollout.* key for this; its
-`generate` loop inherits the setting because transformers fills the fields grpo's explicit
-GenerationConfig leaves unset from the model's generation_config, but its fast sampling loop
-(rollout.loop=auto|fast) ignores generation_config, so grpo runs with rollout.loop=generate in
-this mode. Every step is checked: a completion shorter than max new tokens stops the benchmark.
+`--identical-work` forces every completion to exactly max new tokens on both sides: grpo with
+rollout.min_new_tokens = max_new_tokens, TRL with GRPOConfig.generation_kwargs min_new_tokens
+(transformers' MinNewTokensLengthLogitsProcessor: EOS has probability 0 until then). Every step
+is checked: a completion shorter than max new tokens stops the benchmark.
 """
 
 from __future__ import annotations
@@ -213,8 +209,8 @@ def grpo_config(spec: RunSpec) -> Any:
     cfg.train.prompts_per_step, cfg.train.device = w.prompts_per_step, "cpu"
     cfg.rollout.num_generations, cfg.rollout.max_new_tokens = w.num_generations, w.max_new_tokens
     cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.top_k = SHARED.temperature, 1.0, 0
-    if spec.identical_work and hasattr(cfg.rollout, "loop"):
-        cfg.rollout.loop = "generate"  # the fast loop ignores generation_config's min_new_tokens
+    if spec.identical_work:
+        cfg.rollout.min_new_tokens = w.max_new_tokens  # no EOS before max_new_tokens: every length forced
     cfg.algo.beta, cfg.algo.loss_type, cfg.algo.scale_rewards = SHARED.beta, SHARED.loss_type, SHARED.scale_rewards
     cfg.algo.epsilon_low = cfg.algo.epsilon_high = SHARED.epsilon
     cfg.optim.lr, cfg.optim.betas, cfg.optim.weight_decay = w.lr, list(SHARED.adam_betas), SHARED.weight_decay
@@ -291,7 +287,7 @@ def trl_config(spec: RunSpec) -> Any:
         learning_rate=w.lr,
         lr_scheduler_type="constant",
         warmup_steps=0,
-        optim="adamw_torch",  # torch.optim.AdamW, as grpo (the default here would be the fused one)
+        optim="adamw_torch_fused",  # torch's fused AdamW kernel, as grpo's build_optimizer uses
         adam_beta1=SHARED.adam_betas[0],
         adam_beta2=SHARED.adam_betas[1],
         adam_epsilon=SHARED.adam_eps,
@@ -415,19 +411,15 @@ def child_main(spec_path: Path) -> None:
 # ---- the parent ---------------------------------------------------------------------------
 
 
-def build_model(directory: Path, workload: Workload, identical_work: bool) -> int:
+def build_model(directory: Path, workload: Workload) -> int:
     """The random-init model and tokenizer both frameworks load; returns its parameter count."""
     import torch
-    from transformers import AutoModelForCausalLM, GenerationConfig
+    from transformers import AutoModelForCausalLM
 
     from grpo_cli.config.schema import TinyModelConfig
     from grpo_cli.models import build_tiny_model
 
     build_tiny_model(directory, TinyModelConfig(**asdict(workload.size)), seed=SHARED.model_seed)
-    if identical_work:
-        generation = GenerationConfig.from_pretrained(directory)
-        generation.min_new_tokens = workload.max_new_tokens
-        generation.save_pretrained(directory)
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
     return sum(p.numel() for p in model.parameters())  # a tied embedding once
 
@@ -595,7 +587,7 @@ def main(argv: list[str] | None = None) -> None:
         tmp = Path(tmp_name)
         for name in args.workloads.split(","):
             workload = WORKLOADS[name]
-            params = build_model(tmp / name / "model", workload, args.identical_work)
+            params = build_model(tmp / name / "model", workload)
             raw["workloads"][name] = {**asdict(workload), "params": params}
             runs: dict[str, list[RunResult]] = {fw: [] for fw in FRAMEWORKS}
             for seed in range(args.seeds):

@@ -245,6 +245,15 @@ class AdaptersOff:
     def __init__(self, policy: PeftModel) -> None:
         self.policy = policy
 
+    @property
+    def config(self) -> Any:
+        """The base model's config (what a layout choice reads: the hidden size)."""
+        return self.policy.config
+
+    def parameters(self) -> Iterator[torch.nn.Parameter]:
+        """The policy's parameters: the dtype the packed layout's attention mask is built in."""
+        return self.policy.parameters()
+
     def __call__(self, **inputs: Any) -> Any:
         was_training = self.policy.training
         self.policy.eval()

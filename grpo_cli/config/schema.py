@@ -183,6 +183,7 @@ class RolloutConfig:
     loop: str = "auto"  # auto: the fast loop where the model's cache allows, else generate | fast | generate
     num_generations: int = 8
     max_new_tokens: int = 4  # the tiny default's answers; real models want hundreds
+    min_new_tokens: int = 0  # no EOS before this many tokens (0: off); = max_new_tokens forces every length
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0

@@ -248,6 +248,12 @@ def validate_generation(model: ModelConfig, data: DataConfig, rollout: RolloutCo
         _check_choice(key, value, CHOICES[key])
     if rollout.max_new_tokens < 1:
         _fail("rollout.max_new_tokens", rollout.max_new_tokens, "must be at least 1")
+    if not 0 <= rollout.min_new_tokens <= rollout.max_new_tokens:
+        _fail(
+            "rollout.min_new_tokens",
+            rollout.min_new_tokens,
+            f"must be in [0, rollout.max_new_tokens={rollout.max_new_tokens}]",
+        )
     if rollout.temperature <= 0:
         _fail("rollout.temperature", rollout.temperature, "must be > 0")
     if not 0 < rollout.top_p <= 1:

@@ -15,6 +15,7 @@ Models whose cache cannot drop or repeat rows (a static, quantised or encoder-de
 from __future__ import annotations
 
 import inspect
+import math
 from typing import Any
 
 import torch
@@ -84,6 +85,7 @@ class FastGenerator:
         self.model = model
         self.tokenizer = tokenizer
         self.max_new_tokens = cfg.max_new_tokens
+        self.min_new_tokens = cfg.min_new_tokens
         self.eos_ids = eos_token_ids(model, tokenizer)
         self.warpers = warpers(cfg)
         self.pad_id = tokenizer.pad_token_id
@@ -144,7 +146,10 @@ class FastGenerator:
         eos = torch.tensor(self.eos_ids, device=prompt_ids.device)
         steps = 0
         for step in range(self.max_new_tokens):
-            token = self._next_token(logits, greedy)
+            scores = logits
+            if step < self.min_new_tokens:  # as generate's MinNewTokensLengthLogitsProcessor
+                scores = logits.index_fill(1, eos, -math.inf)
+            token = self._next_token(scores, greedy)
             tokens[running, step] = token
             if logprobs is not None:
                 scored = (logits / self.temperature).log_softmax(-1)

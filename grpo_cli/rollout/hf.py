@@ -31,6 +31,7 @@ class HFGenerator:
             top_p=cfg.top_p,
             top_k=cfg.top_k,
             max_new_tokens=cfg.max_new_tokens,
+            min_new_tokens=cfg.min_new_tokens,
             eos_token_id=self.eos_ids,
             pad_token_id=tokenizer.pad_token_id,
             use_cache=True,
@@ -38,6 +39,7 @@ class HFGenerator:
         self.greedy = GenerationConfig(
             do_sample=False,
             max_new_tokens=cfg.max_new_tokens,
+            min_new_tokens=cfg.min_new_tokens,
             eos_token_id=self.eos_ids,
             pad_token_id=tokenizer.pad_token_id,
             use_cache=True,

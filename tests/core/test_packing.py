@@ -32,7 +32,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory):
             parameter.add_(torch.randn_like(parameter) * 0.1)
     ids, mask = PromptEncoder(tokenizer, 64, torch.device("cpu"))(["12+7=", "3+4=", "100+250=", "9+9="])
     generator = FastGenerator(model, tokenizer, RolloutConfig(max_new_tokens=8))
-    generator.eos_ids = list(range(48, 58))  # digits end a completion: lengths vary within groups
+    generator.eos_ids = list(range(48, 58))  # ten of the byte tokens end a completion: lengths vary in a group
     torch.manual_seed(3)
     rollout = generator.generate(ids, mask, G)
     assert len(set(rollout.lengths.tolist())) > 2

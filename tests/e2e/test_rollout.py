@@ -95,8 +95,10 @@ def test_meta_file_records_what_made_the_file(tiny_model_dir: Path, tmp_path: Pa
     assert meta["grpo_version"] == __version__
     assert meta["settings"]["rollout"] == {
         "backend": "hf",
+        "loop": "auto",
         "num_generations": 3,
         "max_new_tokens": 4,
+        "min_new_tokens": 0,
         "temperature": 0.7,
         "top_p": 1.0,
         "top_k": 20,

@@ -121,3 +121,14 @@ def test_the_trainer_reports_the_loop_in_its_summary(tmp_path: Path) -> None:
     result = run_grpo("train", "debug=smoke", f"hydra.run.dir={tmp_path}")
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads((tmp_path / "summary.json").read_text())["rollout_loop"] == "fast"
+
+
+def test_min_new_tokens_forces_every_length_in_both_loops(tiny) -> None:
+    _, tokenizer, ids, mask = tiny
+    fast, slow = _both(tiny, max_new_tokens=6, min_new_tokens=6)
+    digits = [tokenizer.encode(d, add_special_tokens=False)[0] for d in "0123456789"]
+    fast.eos_ids = slow.eos_ids = slow.sampling.eos_token_id = digits  # a digit would end a completion early
+    torch.manual_seed(0)
+    for generator in (fast, slow):
+        rollout = generator.generate(ids, mask, 4)
+        assert rollout.lengths.tolist() == [6] * 16 and not any(set(t) & set("0123456789") for t in rollout.texts)
