@@ -50,6 +50,10 @@ def test_the_valid_base_passes_without_warnings() -> None:
         ("train.prompts_per_step", -1),
         ("rollout.max_new_tokens", 0),
         ("rollout.max_new_tokens", -8),
+        ("rollout.min_new_tokens", -1),
+        ("rollout.min_new_tokens", 5),  # above max_new_tokens (4)
+        ("rollout.loop", "vllm"),
+        ("train.layout", "pack"),
         ("train.steps", 0),
         ("algo.loss_type", "ppo"),
         ("algo.scale_rewards", "std"),
