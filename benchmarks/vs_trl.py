@@ -82,26 +82,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo_cli.config.schema import TinyModelConfig
+
 TRL_MISSING = "TRL is not installed: pip install 'grpo-cli[bench]' (trl>=1.16,<2)"
 FRAMEWORKS = ("grpo", "trl")
 REWARD_WINDOW = 10  # first-10 and last-10 mean reward
 
 
 @dataclass(frozen=True)
-class ModelSize:
-    """grpo_cli.config.schema.TinyModelConfig's fields: the Llama build_tiny_model writes."""
-
-    hidden_size: int = 64
-    num_layers: int = 2
-    num_heads: int = 4
-    intermediate_size: int = 128
-    max_position_embeddings: int = 256
-
-
-@dataclass(frozen=True)
 class Workload:
     name: str
-    size: ModelSize
+    size: TinyModelConfig  # the Llama build_tiny_model writes
     max_new_tokens: int
     lr: float
     prompts_per_step: int = 8
@@ -109,8 +100,8 @@ class Workload:
 
 
 WORKLOADS = {
-    "tiny": Workload("tiny", ModelSize(), max_new_tokens=4, lr=3e-3),  # TinyModelConfig() defaults
-    "small": Workload("small", ModelSize(256, 4, 4, 688), max_new_tokens=16, lr=1e-3),  # 3,230,720 parameters
+    "tiny": Workload("tiny", TinyModelConfig(), max_new_tokens=4, lr=3e-3),  # TinyModelConfig() defaults
+    "small": Workload("small", TinyModelConfig(256, 4, 4, 688), max_new_tokens=16, lr=1e-3),  # 3,230,720 parameters
 }
 
 
@@ -399,7 +390,7 @@ def run_trl(spec: RunSpec) -> RunResult:
 
 def child_main(spec_path: Path) -> None:
     raw = json.loads(spec_path.read_text())
-    raw["workload"] = Workload(**{**raw["workload"], "size": ModelSize(**raw["workload"]["size"])})
+    raw["workload"] = Workload(**{**raw["workload"], "size": TinyModelConfig(**raw["workload"]["size"])})
     spec = RunSpec(**raw)
     import transformers
 
@@ -416,10 +407,9 @@ def build_model(directory: Path, workload: Workload) -> int:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from grpo_cli.config.schema import TinyModelConfig
     from grpo_cli.models import build_tiny_model
 
-    build_tiny_model(directory, TinyModelConfig(**asdict(workload.size)), seed=SHARED.model_seed)
+    build_tiny_model(directory, workload.size, seed=SHARED.model_seed)
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
     return sum(p.numel() for p in model.parameters())  # a tied embedding once
 
