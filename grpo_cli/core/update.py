@@ -18,6 +18,7 @@ from grpo_cli.core.packing import choose_layout
 from grpo_cli.rollout.base import Rollout
 
 AutocastFactory = Callable[[], contextlib.AbstractContextManager]
+PACKABLE_ATTENTION = ("eager", "sdpa")  # attention implementations that use a 4-D mask as given: auto may pack
 
 
 @dataclass
@@ -105,6 +106,8 @@ def rows_logprobs(
     prompt_ids, prompt_mask = rollout.prompt_ids[rows], rollout.prompt_mask[rows]
     completion_ids, completion_mask = rollout.completion_ids[rows], rollout.completion_mask[rows]
     groups = rows // rollout.group_size
+    if layout == "auto" and getattr(model.config, "_attn_implementation", None) not in PACKABLE_ATTENTION:
+        layout = "padded"  # e.g. flash attention takes no 4-D mask
     if choose_layout(layout, prompt_mask, completion_mask, groups, model.config.hidden_size) == "packed":
         return packed_completion_logprobs_and_entropy(
             model, prompt_ids, prompt_mask, completion_ids, completion_mask, groups, temperature, with_entropy
