@@ -495,7 +495,7 @@ def _tasks(
         row = {name: values[i] for name, values in extra.items()}
         task = Task.from_row(prompts[i], entry_point[i], test[i], test_list[i], io[i], row)
         if (task.test or task.test_list) and not task.io and not task.entry_point:
-            raise ValueError(f"code_tests: row {i} has function tests but no entry_point")
+            raise ValueError(f"code tests: row {i} has function tests but no entry_point")
         tasks.append(task)
     return tasks
 
@@ -718,9 +718,5 @@ def code_efficiency(
     return _score_jobs(scores, jobs, settings, batch_timeout_s)
 
 
-def _code_efficiency_diagnostics(**settings: Any) -> dict[str, Any]:
-    return {"sandbox_backend": sandbox_backend(**settings)}
-
-
-code_efficiency.diagnostics = _code_efficiency_diagnostics  # type: ignore[attr-defined]
+code_efficiency.diagnostics = _code_tests_diagnostics  # type: ignore[attr-defined]  # the same sandbox
 code_efficiency.takes_sandbox_settings = True  # type: ignore[attr-defined]

@@ -326,7 +326,8 @@ def _as_call_case(node: ast.AST, entry_point: str) -> CallCase | None:
 
 
 def _expr_case(text: str, tree: ast.Module, entry_point: str) -> ExprCase:
-    tree = _RemoteCalls(entry_point, _bound_names(tree)).visit(_StrictEquality().visit(tree))
+    # calls first: a call sent to the sandbox as source must not name the parent-side `==`
+    tree = _StrictEquality().visit(_RemoteCalls(entry_point, _bound_names(tree)).visit(tree))
     return ExprCase(text, ast.unparse(ast.fix_missing_locations(tree)))
 
 

@@ -187,3 +187,9 @@ def test_a_unit_that_raises_fails_and_the_rest_still_run() -> None:
 
 def test_a_check_without_asserts_has_no_units() -> None:
     assert check_units("def check(candidate):\n    candidate(1)\n")[1] == 0
+
+
+def test_a_call_sent_to_the_sandbox_as_source_keeps_pythons_equal_inside_it() -> None:
+    # the sandbox has no strict_equal: only the comparison made here in the parent is rewritten
+    (case,) = parse_test_list(["assert f(Span(1, 2), 1 == 1) == True"], "f")
+    assert case.code == "assert __grpo_equal__(__grpo_remote__('f(Span(1, 2), 1 == 1)'), True)"
