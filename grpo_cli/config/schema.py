@@ -175,11 +175,22 @@ class AlgoConfig:
 
 ROLLOUT_LOOPS = ("auto", "fast", "generate")  # rollout.loop
 LAYOUTS = ("auto", "packed", "padded")  # train.layout
+ROLLOUT_BACKENDS = ("hf", "vllm")  # rollout.backend
+
+
+@dataclass
+class VllmConfig:
+    """`rollout.vllm.*`: the colocated vLLM engine of `rollout.backend=vllm` (CUDA and the [vllm] extra)."""
+
+    gpu_memory_utilization: float = 0.3  # share of the GPU vLLM may take (weights, KV cache); the policy needs the rest
+    max_model_len: int = 0  # context vLLM plans its KV cache for; 0: the prompt budget + max_new_tokens
+    enforce_eager: bool = False  # true: no CUDA graphs (slower decode, faster start, less memory)
+    dtype: str = "auto"  # auto: the policy's weights dtype | fp32 | bf16 | fp16
 
 
 @dataclass
 class RolloutConfig:
-    backend: str = "hf"
+    backend: str = "hf"  # ROLLOUT_BACKENDS: hf (the policy itself samples) | vllm (a colocated vLLM engine)
     loop: str = "auto"  # auto: the fast loop where the model's cache allows, else generate | fast | generate
     num_generations: int = 8
     max_new_tokens: int = 4  # the tiny default's answers; real models want hundreds
@@ -187,6 +198,7 @@ class RolloutConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
+    vllm: VllmConfig = field(default_factory=VllmConfig)
 
 
 @dataclass
@@ -268,6 +280,22 @@ class EvalMetricsConfig:
 
 
 @dataclass
+class DistributedConfig:
+    """`distributed.*`: data-parallel training through accelerate (README "Scaling out")."""
+
+    num_processes: int = 1  # 1: this process trains; N > 1: `grpo train` launches N workers via accelerate
+    main_process_port: int = 0  # rendezvous port of the workers; 0: a free port on this machine
+    accelerate_config: str | None = None  # an accelerate config file for the launch (accelerate launch --config_file)
+
+
+@dataclass
+class SweepConfig:
+    """`sweep.*`: what a multirun's sweeper (hydra/sweeper=optuna) optimises."""
+
+    objective: str = "reward_last10"  # the summary.json figure the task returns, e.g. reward_last10, eval/accuracy
+
+
+@dataclass
 class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -282,6 +310,8 @@ class TrainConfig:
     guard: GuardConfig = field(default_factory=GuardConfig)
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
     eval: EvalMetricsConfig = field(default_factory=EvalMetricsConfig)  # train.eval_every's success rule
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
 
 
