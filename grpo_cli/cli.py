@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import os
 import sys
 
 from grpo_cli import __version__
@@ -16,6 +17,16 @@ def _print_help() -> None:
     for sub in SUBCOMMANDS:
         print(f"  {sub.name:<10} {sub.help}")
     print("\n`grpo SUBCOMMAND --help` lists its config groups and keys.")
+
+
+def launched_by_accelerate() -> bool:
+    """A process of a user's `accelerate launch grpo train ...` (and not one of our own workers,
+    which read the run directory's config instead)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        return False
+    from grpo_cli.commands.launch import WORKER_ENV
+
+    return WORKER_ENV not in os.environ
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -40,6 +51,11 @@ def main(argv: list[str] | None = None) -> None:
     from grpo_cli.commands.overrides import check_overrides
 
     sub = BY_NAME[name]
+    if name == "train" and launched_by_accelerate() and int(os.environ.get("RANK", "0")) != 0:
+        from grpo_cli.commands.launch import follow_main_process
+
+        report_user_errors(follow_main_process)  # the main process composes; this one trains its share
+        return
     report_user_errors(lambda: check_overrides(rest, sub.schema))
     sys.argv = [f"grpo-{name}", *rest]
     hydra_entry_point(sub)()

@@ -6,3 +6,15 @@ class GrpoError(Exception):
 
     Anything else is a bug in grpo and keeps its traceback.
     """
+
+    exit_code: int = 1
+
+
+class MissingExtra(GrpoError):
+    """An option needs an optional extra that is not installed: the message names the pip install.
+
+    Exit 2, like a command line asking for something this installation cannot do, so a script can
+    tell "install more" from a bad value.
+    """
+
+    exit_code = 2

@@ -9,10 +9,12 @@ from pathlib import Path
 import hydra
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_cli.commands import SUBCOMMANDS, Subcommand
 from grpo_cli.commands.errors import report_user_errors
+from grpo_cli.commands.job_threads import share_cores
 
 
 def register_schemas() -> None:
@@ -31,7 +33,10 @@ def hydra_entry_point(sub: Subcommand) -> Callable[[], float]:
     @hydra.main(version_base=None, config_path="pkg://grpo_cli.conf", config_name=sub.name)
     def task(cfg: DictConfig) -> float:
         run = sub.load()  # here, not above: `--help` and `--cfg job` never import torch
-        run_dir = Path(HydraConfig.get().runtime.output_dir)
+        hydra_cfg = HydraConfig.get()
+        run_dir = Path(hydra_cfg.runtime.output_dir)
+        if hydra_cfg.mode == RunMode.MULTIRUN:  # parallel jobs (hydra/launcher=joblib) share the cores
+            share_cores(cfg, hydra_cfg.launcher, hydra_cfg.sweeper)
         return report_user_errors(lambda: run(OmegaConf.to_object(cfg), run_dir))
 
     return task

@@ -27,4 +27,4 @@ def report_user_errors(run: Callable[[], T]) -> T:
         # soft_wrap: a FILE:LINE in the message must stay one copyable token in CI logs.
         # The message is not markup: `monitor.trackers=[wandb]` must print its brackets.
         Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(str(err))}", highlight=False)
-        sys.exit(EXIT_USER_ERROR)
+        sys.exit(err.exit_code if isinstance(err, GrpoError) else EXIT_USER_ERROR)

@@ -15,6 +15,7 @@ from hydra._internal.utils import get_args_parser
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 
+from grpo_cli.commands.plugins import check_hydra_override, require_plugin
 from grpo_cli.config.validate import check_key
 from grpo_cli.errors import GrpoError
 
@@ -80,7 +81,11 @@ def check_primary_config(config_dir: str, config_name: str, schema: type) -> Non
         if isinstance(entry, dict) and len(entry) == 1:
             ((group, option),) = entry.items()
             group = str(group).removeprefix("override ").lstrip("/")
-            if isinstance(option, str) and re.fullmatch(r"[\w/]+", group) and not group.startswith("hydra"):
+            if not isinstance(option, str) or not re.fullmatch(r"[\w/]+", group):
+                continue
+            if group.startswith("hydra/"):  # `- override hydra/launcher: slurm`: the plugin must be installed
+                require_plugin(group, option, [config_dir])
+            elif not group.startswith("hydra"):
                 check_group_option(config_dir, group, option, schema)
 
 
@@ -105,7 +110,9 @@ def check_overrides(argv: list[str], schema: type) -> None:
     groups = _config_groups([args.config_dir] if args.config_dir else [])
     for override in overrides:
         key = override.key_or_group
-        if key == "hydra" or key.startswith("hydra.") or key.startswith("hydra/"):
+        if key == "hydra" or key.startswith(("hydra.", "hydra/")):
+            # Hydra's own keys (hydra.sweeper.n_trials=...) are Hydra's to check; its plugins are an extra
+            check_hydra_override(override, [args.config_dir] if args.config_dir else [])
             continue
         if key in groups and not override.is_delete():
             # a group choice such as model=hf, or a sweep over several (reward=a,b)

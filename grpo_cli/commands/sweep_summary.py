@@ -14,10 +14,24 @@ from rich.console import Console
 from rich.table import Table
 
 FIGURES = ("steps", "wall_s", "reward_first10", "reward_last10")
+DEFAULT_OBJECTIVE = "reward_last10"  # TrainConfig.sweep.objective's default
+
+
+def objective_key(job_dir: Path) -> str:
+    """The summary.json figure the job returned to the sweeper: its `sweep.objective`, as Hydra saved
+    the job's config (the key may be swept too, or set in a recipe)."""
+    config_file = job_dir / ".hydra" / "config.yaml"
+    config = yaml.safe_load(config_file.read_text()) if config_file.exists() else None
+    sweep = config.get("sweep") if isinstance(config, dict) else None
+    key = sweep.get("objective") if isinstance(sweep, dict) else None
+    return key if isinstance(key, str) else DEFAULT_OBJECTIVE
 
 
 def collect_jobs(sweep_dir: Path) -> list[dict[str, Any]]:
-    """One row per job directory that has Hydra's overrides record; failed jobs show no figures."""
+    """One row per job directory that has Hydra's overrides record; failed jobs show no figures.
+
+    Any sweeper that launches through a Hydra launcher numbers its jobs' directories the same way
+    (optuna's trials too: 0, 1, ... across its batches), so one glob finds them all."""
     rows = []
     for overrides_file in sorted(sweep_dir.glob("*/.hydra/overrides.yaml"), key=lambda p: p.parts[-3].zfill(8)):
         job_dir = overrides_file.parent.parent
@@ -29,6 +43,7 @@ def collect_jobs(sweep_dir: Path) -> list[dict[str, Any]]:
             {
                 "job": job_dir.name,
                 "overrides": " ".join(overrides),
+                "objective": summary.get(objective_key(job_dir)),  # what an optuna sweep maximised
                 **{k: summary.get(k) for k in FIGURES},
                 **per_function,
             }
@@ -47,7 +62,8 @@ class SweepSummary(Callback):
             writer = csv.DictWriter(handle, fieldnames=columns, restval="")
             writer.writeheader()
             writer.writerows(rows)
-        table = Table(title=f"sweep: {len(rows)} jobs ({sweep_dir}/sweep_summary.csv)")
+        objectives = ", ".join(sorted({objective_key(sweep_dir / str(row["job"])) for row in rows}))
+        table = Table(title=f"sweep: {len(rows)} jobs, objective {objectives} ({sweep_dir}/sweep_summary.csv)")
         for column in columns:
             table.add_column(column, justify="left" if column in ("job", "overrides") else "right")
         for row in rows:

@@ -11,10 +11,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 import transformers
-from omegaconf import OmegaConf
 from rich.console import Console
 from rich.markup import escape
 
+from grpo_cli.commands.launch import join_world, launch_workers, objective, write_resolved_config
 from grpo_cli.config import TrainConfig, apply_smoke
 from grpo_cli.config.validate import flatten
 from grpo_cli.core.checkpoint import latest_checkpoint
@@ -31,6 +31,7 @@ from grpo_cli.monitor.plots import draw_run_plots
 from grpo_cli.monitor.trackers import TrackerObserver, open_trackers, require_trackers
 from grpo_cli.stats import column_mean
 from grpo_cli.training import GRPOTrainer
+from grpo_cli.training.distributed import World, launched_processes
 from grpo_cli.training.guards import EXIT_PAUSED, TrainingHalted
 
 log = logging.getLogger("grpo")
@@ -49,11 +50,24 @@ def resume_command(run_dir: Path) -> str:
     return shlex.join(["grpo", "train", *overrides, f"hydra.run.dir={run_dir}"])
 
 
+def last_eval(history: list[dict]) -> dict[str, float]:
+    """The latest `train.eval_every` figures (eval/accuracy, ...), for the summary and sweeps."""
+    rows = [row for row in history if any(k.startswith("eval/") for k in row)]
+    return {k: v for k, v in rows[-1].items() if k.startswith("eval/")} if rows else {}
+
+
 def run_train(cfg: TrainConfig, run_dir: Path) -> float:
-    """The task function: returns the last-10-steps mean reward, the objective sweepers use."""
+    """The task function: returns `sweep.objective` from the summary (last-10-steps mean reward by
+    default), the figure sweepers optimise. With distributed.num_processes > 1 it launches the
+    workers and returns theirs; inside a launch, this process trains its share."""
     if cfg.debug.smoke:
         apply_smoke(cfg)
     require_trackers(cfg.monitor.trackers)
+    if cfg.distributed.num_processes > 1 and launched_processes() == 1:
+        return launch_workers(cfg, run_dir)
+    world = join_world(cfg, run_dir)
+    if not world.is_main:  # every file, log line and tracker is the main process's
+        return _train_quietly(cfg, run_dir, world)
     console = Console(stderr=True)
     metrics_file = MetricsFile(run_dir / "metrics.jsonl")
     monitor = cfg.monitor
@@ -66,7 +80,7 @@ def run_train(cfg: TrainConfig, run_dir: Path) -> float:
         monitor.num_completions_to_print,
     )
     observers: list[Observer] = [metrics_file, CompletionLog(run_dir / "completions", monitor.log_completions_every)]
-    trainer = GRPOTrainer(cfg, run_dir, [*observers, progress])
+    trainer = GRPOTrainer(cfg, run_dir, [*observers, progress], world)
     start = time.perf_counter()
     trainer.setup()  # validates first: a bad value fails before any model is built
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -77,9 +91,14 @@ def run_train(cfg: TrainConfig, run_dir: Path) -> float:
         )
         trainer.observers.insert(len(observers), trackers)
     lr_line = f"effective lr {trainer.lr:g} (optim.lr={cfg.optim.lr:g}, optim.lr_scaling={cfg.optim.lr_scaling})"
-    resolved = OmegaConf.to_yaml(OmegaConf.structured(cfg))
-    (run_dir / "config.yaml").write_text(f"# {lr_line}\n{resolved}", encoding="utf-8")
+    write_resolved_config(cfg, run_dir, f"# {lr_line}\n")
     log.info(lr_line)
+    if world.size > 1:
+        log.info(
+            "data-parallel: %d processes, %d prompts each per step",
+            world.size,
+            cfg.train.prompts_per_step // world.size,
+        )
     if trainer.resumed_from:
         log.info("resuming from %s (step %d)", trainer.resumed_from, trainer.step_index)
     log.info("run directory: %s", run_dir)
@@ -125,8 +144,10 @@ def run_train(cfg: TrainConfig, run_dir: Path) -> float:
         },
         "final_checkpoint": str(checkpoint),
         "halted_by_guard": None if halted is None else f"{halted.verdict.action}: {halted}",
+        **last_eval(history),
         **trainer.prompt_budget.summary(),
         **trainer.diagnostics,
+        "processes": world.size,
     }
     write_summary(run_dir / "summary.json", summary)
     if monitor.plots and history:
@@ -136,4 +157,19 @@ def run_train(cfg: TrainConfig, run_dir: Path) -> float:
     trainer.cleanup()
     if halted is not None:
         sys.exit(halted.exit_code)  # pause 75, stop 76: distinct from success, errors and Ctrl-C
-    return summary["reward_last10"] if summary["reward_last10"] is not None else float("nan")
+    return objective(run_dir, cfg.sweep.objective)
+
+
+def _train_quietly(cfg: TrainConfig, run_dir: Path, world: World) -> float:
+    """A non-main data-parallel process: the same steps, collectives and checkpoint calls as the
+    main one, and nothing written or printed."""
+    trainer = GRPOTrainer(cfg, run_dir, [], world)
+    trainer.setup()
+    try:
+        trainer.train()
+        trainer.save()
+    except TrainingHalted as halt:  # the main process prints it and exits with its code
+        trainer.cleanup()
+        sys.exit(halt.exit_code)
+    trainer.cleanup()
+    return math.nan

@@ -67,8 +67,13 @@ class LossNormalizer:
     micro_batches: int
 
 
-def aggregate_loss(per_token_loss: torch.Tensor, mask: torch.Tensor, norm: LossNormalizer) -> torch.Tensor:
+def aggregate_loss(
+    per_token_loss: torch.Tensor, mask: torch.Tensor, norm: LossNormalizer, micro_tokens: float | None = None
+) -> torch.Tensor:
     """This micro-batch's share of the step's loss; summing the shares gives the full loss.
+
+    `micro_tokens` (bnpo) counts the micro-batch's loss tokens over every data-parallel process,
+    of which `mask` is one share; None: `mask` is the whole micro-batch.
 
     grpo:    mean over sequences of (sum_t m*l / sum_t m)
     bnpo:    sum m*l / sum m within each micro-batch, averaged over micro-batches
@@ -80,7 +85,8 @@ def aggregate_loss(per_token_loss: torch.Tensor, mask: torch.Tensor, norm: LossN
         per_seq = masked.sum(-1) / mask.sum(-1).clamp(min=1)
         return per_seq.sum() / max(norm.sequences, 1)
     if norm.loss_type == "bnpo":
-        return masked.sum() / mask.sum().clamp(min=1) / norm.micro_batches
+        tokens = mask.sum().clamp(min=1) if micro_tokens is None else max(micro_tokens, 1.0)
+        return masked.sum() / tokens / norm.micro_batches
     if norm.loss_type == "dr_grpo":
         return masked.sum() / (max(norm.sequences, 1) * norm.max_new_tokens)
     if norm.loss_type == "dapo":

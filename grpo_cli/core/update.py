@@ -8,8 +8,10 @@ import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
 from grpo_cli.config.schema import AlgoConfig
 from grpo_cli.core.logprobs import completion_logprobs_and_entropy, packed_completion_logprobs_and_entropy
@@ -19,6 +21,29 @@ from grpo_cli.rollout.base import Rollout
 
 AutocastFactory = Callable[[], contextlib.AbstractContextManager]
 PACKABLE_ATTENTION = ("eager", "sdpa")  # attention implementations that use a 4-D mask as given: auto may pack
+
+
+class Collective(Protocol):
+    """The sums a data-parallel update needs across its processes (training.distributed.World):
+    loss denominators and reported figures must count the global batch, not one process's share."""
+
+    size: int  # processes; a wrapped model's gradients are averaged over them
+
+    def sum(self, values: torch.Tensor) -> torch.Tensor: ...
+
+
+class SingleProcess:
+    """One process: every sum is the local value."""
+
+    size = 1
+
+    def sum(self, values: torch.Tensor) -> torch.Tensor:
+        return values
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The module inside a DistributedDataParallel wrapper: its config, and passes without gradients."""
+    return model.module if isinstance(model, DistributedDataParallel) else model
 
 
 @dataclass
@@ -106,9 +131,10 @@ def rows_logprobs(
     prompt_ids, prompt_mask = rollout.prompt_ids[rows], rollout.prompt_mask[rows]
     completion_ids, completion_mask = rollout.completion_ids[rows], rollout.completion_mask[rows]
     groups = rows // rollout.group_size
-    if layout == "auto" and getattr(model.config, "_attn_implementation", None) not in PACKABLE_ATTENTION:
+    config = unwrap(model).config
+    if layout == "auto" and getattr(config, "_attn_implementation", None) not in PACKABLE_ATTENTION:
         layout = "padded"  # e.g. flash attention takes no 4-D mask
-    if choose_layout(layout, prompt_mask, completion_mask, groups, model.config.hidden_size) == "packed":
+    if choose_layout(layout, prompt_mask, completion_mask, groups, config.hidden_size) == "packed":
         return packed_completion_logprobs_and_entropy(
             model, prompt_ids, prompt_mask, completion_ids, completion_mask, groups, temperature, with_entropy
         )
@@ -152,6 +178,7 @@ def policy_update(
     on_first_step: Callable[[], None] | None = None,
     epsilons: tuple[float, float] | None = None,
     scaler: torch.amp.GradScaler | None = None,
+    collective: Collective | None = None,
 ) -> UpdateStats:
     """Clipped-surrogate (+ β·KL) updates on one rollout batch.
 
@@ -162,7 +189,15 @@ def policy_update(
     `epsilons` (low, high) replace `algo.epsilon_*` for this batch (adaptive clipping). `scaler`
     (fp16) scales the loss before backward and unscales before clipping; an overflowing step is
     skipped like any non-finite one, and the scaler lowers its scale.
+
+    Data-parallel (`collective` over N processes, `model` wrapped in DistributedDataParallel):
+    each process holds its share of the groups; denominators (sequences, tokens, each
+    micro-batch's tokens for bnpo) are summed over the processes, and each share's loss is scaled
+    by N because DDP averages gradients, so the summed gradient is the one process's gradient on
+    the global batch. Reported figures are global sums too, so every process takes the same
+    skip decision and returns the same stats.
     """
+    collective = collective if collective is not None else SingleProcess()
     eps_low, eps_high = epsilons if epsilons is not None else (algo.epsilon_low, algo.epsilon_high)
     n, g = advantages.size(0), rollout.group_size
     device = advantages.device
@@ -171,7 +206,8 @@ def policy_update(
     # single update old = stop_gradient(lp), which costs no extra forward pass.
     reuse_old = algo.num_iterations > 1 or algo.mini_batches > 1
     entropy = EntropySum()
-    old_logps = _logprobs_no_grad(model, rollout, micro_size, settings, autocast, entropy) if reuse_old else None
+    sampler = unwrap(model)  # passes without gradients skip the DDP wrapper: nothing to synchronise
+    old_logps = _logprobs_no_grad(sampler, rollout, micro_size, settings, autocast, entropy) if reuse_old else None
     ref_logps = _logprobs_no_grad(reference, rollout, micro_size, settings, autocast) if reference is not None else None
     max_norm = settings.max_grad_norm if settings.max_grad_norm > 0 else math.inf
     loss_sum = kl_sum = low_sum = high_sum = tokens = 0.0
@@ -182,15 +218,22 @@ def policy_update(
             rows = rows.to(device)
             mask_mb = loss_mask[rows]
             micro_batches = rows.tensor_split(min(settings.grad_accum_steps, rows.numel()))
+            counts = collective.sum(
+                torch.tensor(
+                    [float((mask_mb.sum(-1) > 0).sum()), float(mask_mb.sum())]
+                    + [float(loss_mask[micro].sum()) for micro in micro_batches],
+                    dtype=torch.float64,
+                )
+            ).tolist()
             norm = LossNormalizer(
                 loss_type=algo.loss_type,
-                sequences=int((mask_mb.sum(-1) > 0).sum()),
-                tokens=int(mask_mb.sum()),
+                sequences=int(counts[0]),
+                tokens=int(counts[1]),
                 max_new_tokens=settings.max_new_tokens,
                 micro_batches=len(micro_batches),
             )
             step_loss = 0.0
-            for micro in micro_batches:
+            for micro, micro_tokens in zip(micro_batches, counts[2:]):
                 with autocast():
                     logps, entropies = rows_logprobs(
                         model,
@@ -210,12 +253,14 @@ def policy_update(
                     kl = kl_penalty(logps, ref_logps[micro], algo.kl_estimator)
                     per_token = per_token + algo.beta * kl
                     kl_sum += (kl.detach() * mask).sum().item()
-                loss = aggregate_loss(per_token, mask, norm)
-                (scaler.scale(loss) if scaler is not None else loss).backward()
+                loss = aggregate_loss(per_token, mask, norm, micro_tokens)
+                shared = loss * collective.size  # DDP averages the processes' gradients; the loss is their sum
+                (scaler.scale(shared) if scaler is not None else shared).backward()
                 step_loss += loss.item()
                 low_sum += (low * mask).sum().item()
                 high_sum += (high * mask).sum().item()
                 tokens += mask.sum().item()
+            step_loss = collective.sum(torch.tensor([step_loss], dtype=torch.float64)).item()
             if scaler is not None:
                 scaler.unscale_(optimizer)  # clip and measure the true gradient
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).item()
@@ -235,6 +280,10 @@ def policy_update(
             if scaler is not None:
                 scaler.update()  # grows the scale after clean steps, halves it after an overflow
             optimizer.zero_grad(set_to_none=True)
+    totals = [kl_sum, low_sum, high_sum, tokens, entropy.total, entropy.tokens]
+    kl_sum, low_sum, high_sum, tokens, entropy.total, entropy.tokens = collective.sum(
+        torch.tensor(totals, dtype=torch.float64)
+    ).tolist()
     tokens = max(tokens, 1.0)
     return UpdateStats(
         loss=loss_sum / steps if steps else math.nan,

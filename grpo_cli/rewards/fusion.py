@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -288,9 +289,14 @@ def score_and_fuse(
     weights: dict[str, float] | None = None,
     update_state: bool = True,
     grouped: bool = True,
+    combine: Callable[[dict[str, BatchScores]], dict[str, BatchScores]] | None = None,
 ) -> FusionResult:
     """The one scoring path of train, score and eval: call every source not masked (a masked one
-    is not called again), then fuse."""
+    is not called again), then fuse.
+
+    `combine` (data-parallel training) turns this process's scores into the global batch's, in
+    process order, before the fusion: normalisation statistics, failure counts and masks then
+    see every completion, and every process fuses the same batch into the same state."""
     n = len(batch)
     active = [s for s in fusion.sources if s.name not in fusion.masked]
     scores = executor.run(active, batch.prompts, batch.completions, batch.columns)
@@ -298,6 +304,8 @@ def score_and_fuse(
         scores.setdefault(s.name, BatchScores([math.nan] * n))
     if not scores:  # no reward configured: nothing can score anything
         scores = {"": BatchScores([math.nan] * n)}
+    if combine is not None:
+        scores = combine(scores)
     return fusion.fuse(scores, batch.group_size, weights, update_state=update_state, grouped=grouped)
 
 

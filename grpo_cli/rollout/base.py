@@ -35,6 +35,10 @@ class Generator(Protocol):
         self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, num_generations: int, greedy: bool = False
     ) -> Rollout: ...
 
+    def weights_updated(self) -> None:
+        """The optimizer moved the policy's weights: a generator holding its own copy refreshes it."""
+        ...
+
 
 def completion_mask_from_eos(completion_ids: torch.Tensor, eos_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """(mask, truncated): the mask keeps tokens up to and including the first EOS.
@@ -67,3 +71,26 @@ def finish_rollout(
     padded = completion_ids * mask + tokenizer.pad_token_id * (1 - mask)
     texts = tokenizer.batch_decode(padded, skip_special_tokens=True)
     return Rollout(prompt_ids, prompt_mask, completion_ids, mask, truncated, texts, group_size)
+
+
+def concat_rollouts(parts: list[Rollout], pad_token_id: int) -> Rollout:
+    """One Rollout of several (data-parallel processes' shares, in process order): prompts stay
+    left-padded and completions right-padded, to the widest part."""
+    width_p = max(r.prompt_ids.size(1) for r in parts)
+    width_c = max(r.completion_ids.size(1) for r in parts)
+
+    def left(t: torch.Tensor, fill: int) -> torch.Tensor:
+        return torch.nn.functional.pad(t, (width_p - t.size(1), 0), value=fill)
+
+    def right(t: torch.Tensor, fill: int) -> torch.Tensor:
+        return torch.nn.functional.pad(t, (0, width_c - t.size(1)), value=fill)
+
+    return Rollout(
+        torch.cat([left(r.prompt_ids, pad_token_id) for r in parts]),
+        torch.cat([left(r.prompt_mask, 0) for r in parts]),
+        torch.cat([right(r.completion_ids, pad_token_id) for r in parts]),
+        torch.cat([right(r.completion_mask, 0) for r in parts]),
+        torch.cat([r.truncated for r in parts]),
+        [text for r in parts for text in r.texts],
+        parts[0].group_size,
+    )

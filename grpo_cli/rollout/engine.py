@@ -1,4 +1,5 @@
-"""Which sampling loop a model gets: the fast loop where its cache allows, else `generate`."""
+"""Which sampling loop a model gets: a vLLM engine when asked, else the fast loop where its cache allows,
+else `generate`."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from grpo_cli.errors import GrpoError
 from grpo_cli.rollout.base import Generator
 from grpo_cli.rollout.fast import FastGenerator, resizable_cache, returned_cache
 from grpo_cli.rollout.hf import HFGenerator
+from grpo_cli.rollout.vllm import VLLMGenerator, vllm_unavailable
 
 
 @torch.no_grad()
@@ -33,10 +35,17 @@ def fast_loop_unsupported(model: PreTrainedModel) -> str | None:
 
 
 def make_generator(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, cfg: RolloutConfig
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    cfg: RolloutConfig,
+    max_prompt_tokens: int | None = None,
 ) -> tuple[Generator, str]:
-    """The generator for `rollout.loop` and a line saying which loop runs (and why not the fast
-    one, when it is not). `fast` insists and fails naming the reason; `auto` falls back."""
+    """The generator for `rollout.backend` and `rollout.loop`, and a line saying which loop runs (and
+    why not the fast one, when it is not). `fast` insists and fails naming the reason; `auto` falls
+    back. `backend=vllm` needs CUDA and vLLM, and fails saying which is missing; `max_prompt_tokens`
+    (the prompt budget) sizes its context when `rollout.vllm.max_model_len` is 0."""
+    if cfg.backend == "vllm":
+        return _vllm_generator(model, tokenizer, cfg, max_prompt_tokens)
     if cfg.loop == "generate":
         return HFGenerator(model, tokenizer, cfg), "generate (rollout.loop=generate)"
     reason = fast_loop_unsupported(model)
@@ -45,3 +54,15 @@ def make_generator(
     if cfg.loop == "fast":
         raise GrpoError(f"rollout.loop=fast cannot drive this model: {reason}; use rollout.loop=auto or generate")
     return HFGenerator(model, tokenizer, cfg), f"generate ({reason})"
+
+
+def _vllm_generator(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, cfg: RolloutConfig, max_prompt_tokens: int | None
+) -> tuple[Generator, str]:
+    problem = vllm_unavailable()
+    if problem is not None:
+        raise GrpoError(problem)
+    line = f"vllm (colocated, gpu_memory_utilization={cfg.vllm.gpu_memory_utilization})"
+    if cfg.loop != "auto":
+        line += f"; rollout.loop={cfg.loop} does not apply to the vllm backend"
+    return VLLMGenerator(model, tokenizer, cfg, max_prompt_tokens=max_prompt_tokens), line

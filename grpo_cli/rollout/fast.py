@@ -92,6 +92,9 @@ class FastGenerator:
         self.temperature = cfg.temperature
         self.cache_argument = cache_argument(model)
 
+    def weights_updated(self) -> None:
+        """Nothing to refresh: this loop samples from the policy module itself."""
+
     @torch.no_grad()
     def generate(
         self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, num_generations: int, greedy: bool = False

@@ -45,6 +45,9 @@ class HFGenerator:
             use_cache=True,
         )
 
+    def weights_updated(self) -> None:
+        """Nothing to refresh: this loop samples from the policy module itself."""
+
     @torch.no_grad()
     def generate(
         self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, num_generations: int, greedy: bool = False

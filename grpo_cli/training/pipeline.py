@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from grpo_cli.data import split_examples
 from grpo_cli.errors import GrpoError
 from grpo_cli.evaluation import ScoredSamples, SuccessRule, sample_metrics
 from grpo_cli.models import load_policy
-from grpo_cli.rewards import FusionResult, RewardBatch, RewardExecutor, RewardFusion, score_and_fuse
+from grpo_cli.rewards import BatchScores, FusionResult, RewardBatch, RewardExecutor, RewardFusion, score_and_fuse
 from grpo_cli.rollout import Generator, Rollout, make_generator
 from grpo_cli.rollout.prompts import PromptBudget, PromptEncoder, context_length, fit_prompts
 
@@ -64,7 +65,7 @@ def load_sampling_model(
     kept = fitted[split][: max_prompts or None]
     if not kept:
         raise GrpoError(f"split={split} of data={data.kind} selects no prompts")
-    generator, loop = make_generator(policy, tokenizer, rollout)
+    generator, loop = make_generator(policy, tokenizer, rollout, data.max_prompt_tokens)
     return SamplingModel(Path(model_dir), encoder, generator, kept, budget, loop)
 
 
@@ -88,10 +89,12 @@ def score_rollout(
     weights: dict[str, float] | None = None,
     update_state: bool = True,
     grouped: bool = True,
+    combine: Callable[[dict[str, BatchScores]], dict[str, BatchScores]] | None = None,
 ) -> FusionResult:
-    """Token counts (EOS included) are the lengths the `overlong` reward reads."""
+    """Token counts (EOS included) are the lengths the `overlong` reward reads. `combine`: see
+    `score_and_fuse` (data-parallel training fuses the global batch)."""
     batch = RewardBatch.from_groups(examples, rollout.texts, rollout.lengths.tolist(), rollout.group_size)
-    return score_and_fuse(executor, fusion, batch, weights, update_state=update_state, grouped=grouped)
+    return score_and_fuse(executor, fusion, batch, weights, update_state=update_state, grouped=grouped, combine=combine)
 
 
 def generate_and_score(

@@ -30,6 +30,7 @@ RESUMABLE_CHANGES = (
     "reward.timeout_s",
     "sandbox.workers",
     "sandbox.prewarm",
+    "distributed.",  # the global batch is the same for any number of processes (the trainer says what differs)
 )
 
 

@@ -37,10 +37,11 @@ from grpo_cli.monitor import Observer, StepResult, truncate_metrics
 from grpo_cli.monitor.diversity import RepetitionAlert
 from grpo_cli.monitor.resources import peak_memory_mib
 from grpo_cli.rewards import RewardExecutor, RewardFusion, check_columns, resolve_reward_sources, reward_diagnostics
-from grpo_cli.rollout import make_generator
+from grpo_cli.rollout import Rollout, make_generator
 from grpo_cli.rollout.prompts import PromptEncoder, context_length, fit_prompts
 from grpo_cli.stats import nanmean
 from grpo_cli.training.curriculum import RewardCurriculum
+from grpo_cli.training.distributed import World, check_divisible
 from grpo_cli.training.guards import GuardVerdict, StabilityGuard, TrainingHalted
 from grpo_cli.training.interrupt import DeferredInterrupt
 from grpo_cli.training.metrics import nan_rate_alerts, step_metrics, step_samples
@@ -55,14 +56,18 @@ EVAL_PROMPTS = 64  # held-out prompts per evaluation: a stable figure at a small
 class GRPOTrainer:
     """setup() validates and loads everything; train() loops step(); save() writes an atomic checkpoint."""
 
-    def __init__(self, cfg: TrainConfig, run_dir: Path, observers: list[Observer] | None = None) -> None:
+    def __init__(
+        self, cfg: TrainConfig, run_dir: Path, observers: list[Observer] | None = None, world: World | None = None
+    ) -> None:
         self.cfg = cfg
+        self.world = world if world is not None else World.single()  # data-parallel: this process's place
         self.run_dir = Path(run_dir)
         self.observers = list(observers or [])
         self.step_index = 0
         self.history: list[dict[str, Any]] = []
         self.resumed_from: Path | None = None
         self.state = TrainState()
+        self.saved_step = -1  # the step last saved (or resumed from): a data-parallel save happens once
         self.interrupts = DeferredInterrupt()
 
     # ---- setup -------------------------------------------------------------------------
@@ -70,8 +75,10 @@ class GRPOTrainer:
         cfg = self.cfg
         for warning in validate(cfg):
             log.warning(warning)
+        check_divisible(cfg.train.prompts_per_step, self.world.size)
         seed_everything(cfg.train.seed)
-        self.device = pick_device(cfg.train.device)
+        # data-parallel: accelerate gives each process its device (cuda:LOCAL_RANK, or the CPU)
+        self.device = self.world.device if self.world.size > 1 else pick_device(cfg.train.device)
         set_cpu_threads(cfg.train.threads, cfg.model.kind, self.device)
         # Reward functions resolve first: a wrong import path fails before any model loads.
         self.reward_sources = resolve_reward_sources(cfg.reward.functions, cfg.train.device, cfg.sandbox)
@@ -93,13 +100,16 @@ class GRPOTrainer:
         precision, notice = effective_precision(cfg.precision, self.device)
         if notice:
             log.warning(notice)
-        self.model, self.tokenizer, self.model_dir = load_policy(
-            cfg.model, self.run_dir, cfg.train.seed, self.device, weights_dtype(precision), self.resumed_from
-        )
+        with self.world.main_first():  # the tiny model is built and saved once, then read by the others
+            self.model, self.tokenizer, self.model_dir = load_policy(
+                cfg.model, self.run_dir, cfg.train.seed, self.device, weights_dtype(precision), self.resumed_from
+            )
         # No reference model is built or run when beta = 0; a resumed run reloads the starting model.
         starting_dir = self.model_dir if self.resumed_from else None
         self.reference = frozen_reference(self.model, starting_dir) if cfg.algo.beta > 0 else None
-        self.generator, self.diagnostics["rollout_loop"] = make_generator(self.model, self.tokenizer, cfg.rollout)
+        self.generator, self.diagnostics["rollout_loop"] = make_generator(
+            self.model, self.tokenizer, cfg.rollout, cfg.data.max_prompt_tokens
+        )
         self.encoder = PromptEncoder(self.tokenizer, cfg.data.max_prompt_tokens, self.device)
         splits, self.prompt_budget = fit_prompts(
             {"train": train_examples, "eval": eval_examples},
@@ -117,6 +127,13 @@ class GRPOTrainer:
             self.model, cfg.optim, cfg.train.steps * updates_per_step, batch
         )
         self.lr = effective_lr(cfg.optim, batch)  # optim.lr scaled to the batch (optim.lr_scaling)
+        # The update's forward/backward goes through DDP (gradients averaged); sampling, the
+        # reference and checkpoints use the module itself.
+        self.train_model = self.model
+        if self.world.size > 1:
+            from accelerate import Accelerator
+
+            self.train_model = Accelerator(cpu=self.device.type == "cpu").prepare_model(self.model)
         self.clip = AdaptiveClip(cfg.algo.adaptive_clip, cfg.algo.epsilon_low, cfg.algo.epsilon_high)
         self.autocast = autocast_factory(self.device, precision)
         self.scaler = gradient_scaler(precision, self.device)
@@ -138,35 +155,48 @@ class GRPOTrainer:
         self.state.register("repetition", self.repetition)
         if self.resumed_from is not None:
             self._restore(self.resumed_from)
-        else:  # a fresh start in a used run directory must not append to an older run's lines
+        elif self.world.is_main:  # a fresh start in a used run directory must not append to an older run's lines
             truncate_metrics(self.run_dir / "metrics.jsonl", 0)
 
     # ---- one step ----------------------------------------------------------------------
     def step(self) -> StepResult:
         cfg, g = self.cfg, self.cfg.rollout.num_generations
+        world = self.world
         t0 = time.perf_counter()
-        examples = self.sampler.next_batch(cfg.train.prompts_per_step)
+        batch = self.sampler.next_batch(cfg.train.prompts_per_step)  # the global batch: the same in every process
+        examples = world.share(batch)  # data-parallel: this process's prompts
+        if world.size > 1:
+            torch.manual_seed(world.sampling_seed(cfg.train.seed, self.step_index))
         rollout = generate_groups(examples, self.encoder, self.generator, g)
-        t_gen = time.perf_counter()
+        return self.learn(batch, rollout, t0)
+
+    def learn(self, batch: list[dict[str, Any]], rollout: Rollout, started: float) -> StepResult:
+        """Score, advantages, update and the step's figures, for this process's `rollout` of its
+        share of `batch` (the step's global prompts); `started` is when the step began."""
+        cfg, g, world = self.cfg, self.cfg.rollout.num_generations, self.world
+        examples = world.share(batch)
+        t0, t_gen = started, time.perf_counter()
 
         weights = self.curriculum.weights(self.step_index)  # curriculum: by progress through train.steps
-        fusion = score_rollout(examples, rollout, self.reward_executor, self.reward_fusion, weights)
+        combine = world.gather_scores if world.size > 1 else None  # fuse the global batch's scores
+        fusion = score_rollout(examples, rollout, self.reward_executor, self.reward_fusion, weights, combine=combine)
         rewards = torch.tensor(fusion.fused, dtype=torch.float32)
         advantages, adv_stats = group_advantages(rewards, g, cfg.algo.scale_rewards)
         t_score = time.perf_counter()
 
         # Unscorable completions (fused reward NaN) leave the loss and its denominators.
-        loss_mask = rollout.completion_mask.float() * (~torch.isnan(rewards)).float().to(self.device).unsqueeze(1)
+        scorable = (~torch.isnan(world.rows(rewards))).float().to(self.device)
+        loss_mask = rollout.completion_mask.float() * scorable.unsqueeze(1)
         if cfg.algo.mask_truncated:  # DAPO overlong filtering: truncated answers teach nothing
             loss_mask = loss_mask * (~rollout.truncated).float().unsqueeze(1)
         lr = self.scheduler.get_last_lr()[0]
         epsilons = self.clip.epsilons(nanmean(fusion.fused))  # adaptive clipping: this batch against the last ones
         update = policy_update(
-            self.model,
+            self.train_model,
             self.optimizer,
             self.scheduler,
             rollout,
-            advantages.to(self.device),
+            world.rows(advantages).to(self.device),
             loss_mask,
             cfg.algo,
             self.update_settings,
@@ -175,7 +205,10 @@ class GRPOTrainer:
             on_first_step=self.interrupts.arm,  # from here a Ctrl-C waits for the step's observers
             epsilons=epsilons,
             scaler=self.scaler,
+            collective=world,
         )
+        if update.optimizer_steps:  # a generator with its own copy of the weights (vLLM) refreshes it
+            self.generator.weights_updated()
         t_train = time.perf_counter()
         self.interrupts.arm()  # even when every update was skipped: the step's outcome is final now
 
@@ -185,6 +218,7 @@ class GRPOTrainer:
 
         self.step_index += 1
         timings = {"generate": t_gen - t0, "score": t_score - t_gen, "train": t_train - t_score, "step": t_train - t0}
+        rollout = world.gather_rollout(rollout, self.tokenizer.pad_token_id)  # the global batch's, for the figures
         metrics = step_metrics(
             self.step_index,
             fusion,
@@ -198,7 +232,7 @@ class GRPOTrainer:
         )
         metrics.update({"clip/epsilon_low": epsilons[0], "clip/epsilon_high": epsilons[1]})
         metrics.update(self.guard.metrics(fusion.fused))
-        samples = step_samples(examples, rollout, fusion, advantages.tolist(), 2 * g)
+        samples = step_samples(batch, rollout, fusion, advantages.tolist(), 2 * g)
         alerts = [*fusion.alerts, *(f"guard ({v.action}): {v.reason}" for v in verdicts)]
         alerts += nan_rate_alerts(fusion, cfg.monitor.nan_alert)
         if repetition := self.repetition.observe(metrics["repetition/rate"]):
@@ -239,7 +273,8 @@ class GRPOTrainer:
                 self.interrupts.engaged = finished = False
                 with self.interrupts:
                     result = self.step()
-                    if cfg.train.eval_every and self.step_index % cfg.train.eval_every == 0 and self.eval_examples:
+                    evaluating = cfg.train.eval_every and self.step_index % cfg.train.eval_every == 0
+                    if evaluating and self.eval_examples and self.world.is_main:  # the main process reports it
                         result.metrics.update(self.evaluate())
                     self.history.append(result.metrics)
                     for observer in self.observers:
@@ -250,6 +285,8 @@ class GRPOTrainer:
                 if self.halt is not None:  # a guard's pause or stop: the finished step is the checkpoint
                     raise TrainingHalted(self.halt, self.step_index, str(self.save()))
             except KeyboardInterrupt:
+                if self.world.size > 1:  # the processes stop at different points: the last checkpoint resumes
+                    raise
                 if not finished and not self.interrupts.engaged:  # the weights never moved: undo the step
                     self.state.load_state_dict(start)
                     self.optimizer.zero_grad(set_to_none=True)
@@ -263,11 +300,19 @@ class GRPOTrainer:
         """Weights (a LoRA run: its adapter only, peft's files) and tokenizer as Hugging Face files;
         optimizer, scheduler and TrainState beside them."""
         directory = self.run_dir / "checkpoints" / f"step_{self.step_index:06d}"
-        if latest_checkpoint(self.run_dir) == directory:
+        if self.world.size > 1:  # every process must take the same branch: decide on what all of them know
+            if self.saved_step == self.step_index:
+                return directory
+            self.saved_step = self.step_index
+            if not self.world.is_main:  # every process holds the same weights and state: the main one writes
+                self.world.barrier()
+                return directory
+        elif latest_checkpoint(self.run_dir) == directory:
             return directory  # this step is already saved (save_every, then Ctrl-C or the end)
         trainer_state = {
             "step": self.step_index,
             "config": asdict(self.cfg),
+            "processes": self.world.size,
             # the starting model: a LoRA checkpoint is an adapter on it (`grpo export` finds it here)
             BASE_MODEL_KEY: str(self.model_dir.resolve()),
         }
@@ -277,7 +322,9 @@ class GRPOTrainer:
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "state": self.state.state_dict(),
         }
-        return save_checkpoint(directory, self.model, self.tokenizer, trainer_state, training_state)
+        saved = save_checkpoint(directory, self.model, self.tokenizer, trainer_state, training_state)
+        self.world.barrier()  # nobody reads or resumes from a checkpoint still being written
+        return saved
 
     def _restore(self, directory: Path) -> None:
         """Continue exactly where the checkpoint left off: same data order, same RNG."""
@@ -289,8 +336,17 @@ class GRPOTrainer:
         if self.scaler is not None and training_state.get("scaler"):
             self.scaler.load_state_dict(training_state["scaler"])
         self.state.load_state_dict(training_state["state"])
-        self.step_index = trainer_state["step"]
-        self.history = truncate_metrics(self.run_dir / "metrics.jsonl", self.step_index)
+        self.step_index = self.saved_step = trainer_state["step"]
+        saved_processes = trainer_state.get("processes", 1)
+        if saved_processes != self.world.size:
+            log.warning(
+                "resume: the checkpoint was written by %d process(es), this run has %d: the global batch, the "
+                "prompt order and the update are the same; each process's sampling draws differ",
+                saved_processes,
+                self.world.size,
+            )
+        if self.world.is_main:
+            self.history = truncate_metrics(self.run_dir / "metrics.jsonl", self.step_index)
 
     def cleanup(self) -> None:
         """Free the models so the next job of a multirun starts from an empty process."""

@@ -1,0 +1,155 @@
+"""`grpo train distributed.num_processes=N`: one composed config, one run directory, N workers.
+
+The command composes the config once (Hydra, in this process), writes the resolved file into the
+run directory, and starts the workers on it with accelerate's launcher (torchrun underneath: gloo
+on CPU, nccl on CUDA). Each worker reads that file (`python -m grpo_cli.commands.launch RUN_DIR`),
+so every process trains exactly the same config in the same directory.
+
+A user's own `accelerate launch $(which grpo) train ...` takes the other way in: the main process
+composes with Hydra as usual and sends (config, run directory) to the others, which skip Hydra
+(`follow_main_process`), so there is still one composition and one run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import logging.config
+import math
+import os
+import socket
+import subprocess
+import sys
+from importlib import resources
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from grpo_cli.config import TrainConfig
+from grpo_cli.errors import GrpoError
+from grpo_cli.training.distributed import World, launched_processes
+
+WORKER_ENV = "GRPO_WORKER_RUN_DIR"  # set by `launch_workers`: the workers read the run directory's config
+CONFIG_FILE = "config.yaml"
+
+
+def free_port() -> int:
+    """A port nobody listens on now, for the workers' rendezvous on this machine."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def write_resolved_config(cfg: TrainConfig, run_dir: Path, header: str = "") -> Path:
+    """The config every process trains, as one YAML file in the run directory."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / CONFIG_FILE
+    body = OmegaConf.to_yaml(OmegaConf.structured(cfg))
+    path.write_text(f"{header}{body}", encoding="utf-8")
+    return path
+
+
+def read_resolved_config(run_dir: Path) -> TrainConfig:
+    path = run_dir / CONFIG_FILE
+    if not path.exists():
+        raise GrpoError(f"{path}: no resolved config to train (written by grpo train distributed.num_processes=N)")
+    merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.load(path))
+    return OmegaConf.to_object(merged)
+
+
+def uses_cpu(device: str) -> bool:
+    """Workers train on the CPU (gloo) when asked to or when there is no CUDA device."""
+    return device == "cpu" or not torch.cuda.is_available()
+
+
+def launch_uses_cpu() -> bool:
+    """Inside a launch every process must pick the same backend before any config is shared:
+    the launcher's flag (ours sets it for train.device=cpu; `accelerate launch --cpu` too) or no CUDA."""
+    return os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true") or not torch.cuda.is_available()
+
+
+def launch_command(cfg: TrainConfig, run_dir: Path) -> list[str]:
+    dist = cfg.distributed
+    command = [sys.executable, "-m", "accelerate.commands.launch"]
+    if dist.accelerate_config:
+        command += ["--config_file", dist.accelerate_config]
+    else:  # torchrun on this machine; on CPU too (accelerate's --cpu launcher wants MPI for N > 1)
+        command += ["--multi_gpu", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+    command += ["--num_processes", str(dist.num_processes)]
+    command += ["--main_process_port", str(dist.main_process_port or free_port())]
+    return [*command, "-m", "grpo_cli.commands.launch", str(run_dir)]
+
+
+def launch_workers(cfg: TrainConfig, run_dir: Path) -> float:
+    """Run N workers on this run directory and return the run's objective (sweep.objective)."""
+    write_resolved_config(cfg, run_dir, f"# trained by {cfg.distributed.num_processes} processes\n")
+    env = {**os.environ, WORKER_ENV: str(run_dir)}
+    if uses_cpu(cfg.train.device):
+        env["ACCELERATE_USE_CPU"] = "true"
+    threads = cfg.train.threads or 1
+    env.setdefault("OMP_NUM_THREADS", str(threads))  # torchrun's default of 1 per worker, unless asked
+    try:
+        code = subprocess.run(launch_command(cfg, run_dir), env=env).returncode
+    except KeyboardInterrupt:  # the workers got the same signal: the run resumes from its last checkpoint
+        raise
+    if code != 0:
+        raise GrpoError(f"the {cfg.distributed.num_processes} training processes failed (exit code {code}): see above")
+    return objective(run_dir, cfg.sweep.objective)
+
+
+def objective(run_dir: Path, key: str) -> float:
+    """`sweep.objective` from the run's summary.json: what the task function returns to sweepers."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    if key not in summary:
+        figures = ", ".join(k for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool))
+        raise GrpoError(f"sweep.objective={key} is not a figure of {run_dir / 'summary.json'}; it has: {figures}")
+    value = summary[key]
+    return float(value) if value is not None else math.nan
+
+
+def join_world(cfg: TrainConfig, run_dir: Path) -> World:
+    """This process's World: one process, a worker of `launch_workers`, or (under a user's own
+    `accelerate launch`) the main process, which sends its config to the others."""
+    if launched_processes() == 1:
+        return World.single()
+    world = World.join(cpu=launch_uses_cpu())
+    cfg.distributed.num_processes = world.size  # the config written and saved says how it ran
+    if WORKER_ENV not in os.environ and world.is_main:
+        world.broadcast((cfg, run_dir))
+    return world
+
+
+def follow_main_process() -> None:
+    """A non-main process of a user's `accelerate launch grpo train ...`: no Hydra here; train the
+    config the main process composed, in its run directory."""
+    from grpo_cli.commands.train import run_train
+
+    world = World.join(cpu=launch_uses_cpu())
+    cfg, run_dir = world.broadcast(None)
+    run_train(cfg, run_dir)
+
+
+def worker_logging(run_dir: Path, main: bool) -> None:
+    """What Hydra sets up for `grpo train` (conf/hydra/job_logging/rich.yaml: the console and
+    RUN/train.log, appended to the launcher's lines) in the main worker; errors only in the others."""
+    if not main:
+        logging.basicConfig(level=logging.ERROR)
+        return
+    spec = OmegaConf.load(resources.files("grpo_cli.conf") / "hydra" / "job_logging" / "rich.yaml")
+    spec.handlers.file.filename = str(run_dir / "train.log")
+    logging.config.dictConfig(OmegaConf.to_container(spec, resolve=True))
+
+
+def main() -> None:
+    """A worker of `launch_workers`: train the run directory's resolved config."""
+    from grpo_cli.commands.errors import report_user_errors
+    from grpo_cli.commands.train import run_train
+
+    run_dir = Path(sys.argv[1])
+    worker_logging(run_dir, int(os.environ.get("RANK", "0")) == 0)
+    report_user_errors(lambda: run_train(read_resolved_config(run_dir), run_dir))
+
+
+if __name__ == "__main__":
+    main()

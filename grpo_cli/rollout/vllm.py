@@ -1,0 +1,238 @@
+"""`rollout.backend=vllm`: rollouts from a vLLM engine living in the training process, on the same GPU.
+
+vLLM batches every prompt's G completions with paged attention and CUDA graphs, far faster than
+sampling from the policy itself; the price is a second copy of the weights, kept in step by
+`PolicyWeightSync` (pushed before a generation whenever the optimizer moved them). The engine is
+asked for token ids only: the Rollout (EOS mask, truncation flags, texts) is built by
+`finish_rollout` from those ids exactly as for the hf backend, and the policy computes the
+log-probs the loss uses, so vLLM's numerics never reach the gradient.
+
+vLLM is imported only where the engine is built (`build_engine`, `vllm_sampling_params`); what
+depends on its version is confined to `load_weights_into`. Written against vLLM 0.8 - 0.11
+(`LLM`, `SamplingParams`, `LLM.generate` with token prompts, the V1 engine run in-process).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from grpo_cli.config.schema import RolloutConfig
+from grpo_cli.errors import GrpoError
+from grpo_cli.rollout.base import Rollout, finish_rollout
+from grpo_cli.rollout.hf import eos_token_ids
+from grpo_cli.rollout.prompts import context_length
+from grpo_cli.rollout.weight_sync import PolicyWeightSync, Push
+
+VLLM_MISSING = 'rollout.backend=vllm needs vLLM: pip install "grpo-cli[vllm]"'
+NO_CUDA = "rollout.backend=vllm needs a CUDA device (vLLM runs on the GPU); rollout.backend=hf works on CPU"
+ENGINE_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # rollout.vllm.dtype -> vLLM's names
+
+
+def vllm_unavailable() -> str | None:
+    """Why vLLM cannot run here, or None; asks without importing it (an import costs seconds)."""
+    if not torch.cuda.is_available():
+        return NO_CUDA
+    if importlib.util.find_spec("vllm") is None:
+        return VLLM_MISSING
+    return None
+
+
+def sampling_params_kwargs(
+    cfg: RolloutConfig, num_generations: int, eos_ids: list[int], greedy: bool, seed: int | None
+) -> dict[str, Any]:
+    """vLLM `SamplingParams` keywords for our sampling settings, one to one, so the engine samples
+    the distribution the hf backend samples (temperature, then top-k, then top-p on the logits).
+
+    >>> kw = sampling_params_kwargs(RolloutConfig(top_k=0), 4, [2], greedy=False, seed=None)
+    >>> kw["n"], kw["top_k"], kw["stop_token_ids"]
+    (4, -1, [2])
+    """
+    return {
+        # greedy: vLLM refuses n > 1 at temperature 0; the G argmax completions are one, repeated by the caller
+        "n": 1 if greedy else num_generations,
+        "temperature": 0.0 if greedy else cfg.temperature,  # vLLM: 0 is argmax (and resets top-p/top-k itself)
+        "top_p": 1.0 if greedy else cfg.top_p,  # 1.0: off in both
+        "top_k": cfg.top_k if cfg.top_k > 0 and not greedy else -1,  # ours 0 = off; vLLM's off is -1 (0 too since 0.10)
+        "min_p": 0.0,  # the neutral value of every knob we do not have, explicitly: a
+        "repetition_penalty": 1.0,  # model's generation_config must not change the distribution
+        "presence_penalty": 0.0,  # the loss assumes (the hf backend builds its GenerationConfig
+        "frequency_penalty": 0.0,  # from scratch for the same reason)
+        "max_tokens": cfg.max_new_tokens,  # a completion stops here (finish_reason "length"): truncated
+        "min_tokens": cfg.min_new_tokens,  # stop ids banned before this many tokens, as min_new_tokens
+        "stop_token_ids": list(eos_ids),  # every EOS of ours, the generation_config's included
+        "ignore_eos": False,
+        "seed": seed,  # None: the engine's own random stream (seeded when it is built)
+        "logprobs": None,  # the policy scores the tokens; the engine's log-probs are never used
+        "detokenize": False,  # finish_rollout decodes the ids itself, so texts match the hf backend's
+        "skip_special_tokens": True,  # (only read when detokenizing)
+    }
+
+
+def vllm_sampling_params(**kwargs: Any) -> Any:
+    from vllm import SamplingParams
+
+    return SamplingParams(**kwargs)
+
+
+def engine_model_dir(model: torch.nn.Module) -> str:
+    """The directory the engine loads its architecture (and first weights) from: the policy's own,
+    or for a LoRA policy its base model's. The first generation pushes the policy's weights anyway."""
+    base = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+    path = Path(str(getattr(base, "name_or_path", "") or ""))
+    if not (path / "config.json").is_file():
+        raise GrpoError(f"rollout.backend=vllm loads the model from its directory; {str(path)!r} has no config.json")
+    return str(path)
+
+
+def engine_max_model_len(cfg: RolloutConfig, max_prompt_tokens: int | None, context: int | None) -> int | None:
+    """`rollout.vllm.max_model_len`, or (0) the prompt budget + max_new_tokens within the model's
+    context; None (vLLM takes the model's context) when the prompt budget is not known.
+
+    >>> engine_max_model_len(RolloutConfig(max_new_tokens=64), 512, 256)
+    256
+    """
+    if cfg.vllm.max_model_len > 0:
+        return cfg.vllm.max_model_len
+    if max_prompt_tokens is None:
+        return context
+    total = max_prompt_tokens + cfg.max_new_tokens
+    return min(total, context) if context else total
+
+
+def engine_kwargs(model: torch.nn.Module, cfg: RolloutConfig, max_prompt_tokens: int | None) -> dict[str, Any]:
+    """`vllm.LLM` keywords for a colocated engine of this policy."""
+    dtype = cfg.vllm.dtype
+    weights_dtype = str(next(model.parameters()).dtype).removeprefix("torch.")  # auto: the policy's
+    return {
+        "model": engine_model_dir(model),
+        "dtype": ENGINE_DTYPES[dtype] if dtype != "auto" else weights_dtype,
+        "gpu_memory_utilization": cfg.vllm.gpu_memory_utilization,
+        "max_model_len": engine_max_model_len(cfg, max_prompt_tokens, context_length(model)),
+        "enforce_eager": cfg.vllm.enforce_eager,
+        "seed": torch.initial_seed() % 2**32,  # the run's seed (seed_everything runs before the generator is made)
+        "generation_config": "vllm",  # vLLM's neutral defaults, not the checkpoint's sampling settings
+    }
+
+
+def build_engine(model: torch.nn.Module, cfg: RolloutConfig, max_prompt_tokens: int | None) -> Any:
+    """A `vllm.LLM` in this process: V1's engine core would otherwise run in a child process, where
+    its weights can only be reached by pickling them across (see `load_weights_into`)."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    try:
+        from vllm import LLM
+    except ImportError as err:
+        raise GrpoError(f"{VLLM_MISSING} ({err})") from err
+    return LLM(**engine_kwargs(model, cfg, max_prompt_tokens))
+
+
+def load_weights_into(llm: Any, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+    """Copy (checkpoint name, tensor) pairs into a running engine's model, then drop its prefix
+    cache (KV computed with the old weights). The one place a vLLM version change touches.
+
+    In-process engine (V0; V1 with VLLM_ENABLE_V1_MULTIPROCESSING=0): the model is at
+    `llm.llm_engine.model_executor.driver_worker.model_runner.model`; its `load_weights` takes
+    Hugging Face names, fuses q/k/v and gate/up itself, casts to the engine's dtype and copies in
+    place (CUDA graphs stay valid). Engine core in another process: `LLM.apply_model` runs the same
+    call in the worker, the tensors pickled across (slow, but correct).
+    """
+    executor = getattr(llm.llm_engine, "model_executor", None)
+    if executor is not None:
+        executor.driver_worker.model_runner.model.load_weights(weights)
+    else:
+        batch = [(name, tensor.cpu()) for name, tensor in weights]
+        llm.apply_model(lambda model: model.load_weights(batch))
+    llm.reset_prefix_cache()
+
+
+def completion_rows(outputs: Sequence[Any], num_generations: int, eos_ids: list[int]) -> list[list[int]]:
+    """Each prompt's G completions as token lists, group by group, in prompt order (vLLM returns
+    one RequestOutput per prompt, in order). One output per prompt (greedy) is repeated G times.
+
+    A completion that stopped on a stop token ends with that token: vLLM keeps a stop token id in
+    `token_ids` (only its text is dropped), and our masks include the EOS. Should a version strip
+    it, the id vLLM reports in `stop_reason` (or our first EOS) is put back, so "stopped" never
+    reads as "truncated".
+    """
+    rows = []
+    for request in outputs:
+        group = []
+        for completion in request.outputs:
+            ids = list(completion.token_ids)
+            if getattr(completion, "finish_reason", None) == "stop" and (not ids or ids[-1] not in eos_ids):
+                reason = getattr(completion, "stop_reason", None)
+                ids.append(reason if isinstance(reason, int) and reason in eos_ids else eos_ids[0])
+            group.append(ids)
+        if len(group) == 1:
+            group = group * num_generations
+        if len(group) != num_generations:
+            raise RuntimeError(f"vLLM returned {len(group)} completions for a prompt, not {num_generations}")
+        rows.extend(group)
+    return rows
+
+
+def right_padded(rows: list[list[int]], pad_id: int, device: torch.device) -> torch.Tensor:
+    """[N, C] token ids, C the longest row, shorter rows padded on the right."""
+    width = max((len(row) for row in rows), default=0)
+    padded = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    for i, row in enumerate(rows):
+        padded[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+    return padded.to(device)
+
+
+class VLLMGenerator:
+    """The Generator of `rollout.backend=vllm` (module docstring).
+
+    `engine`, `sampling_params` and `push` are seams for tests and for vLLM version changes: the
+    `vllm.LLM` (built from the config when None), the `SamplingParams` constructor, and how
+    weights reach the engine (`load_weights_into` when None).
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        cfg: RolloutConfig,
+        *,
+        max_prompt_tokens: int | None = None,
+        seed: int | None = None,
+        engine: Any = None,
+        sampling_params: Callable[..., Any] | None = None,
+        push: Push | None = None,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.cfg = cfg
+        self.eos_ids = eos_token_ids(model, tokenizer)
+        self.pad_id = tokenizer.pad_token_id
+        self.seed = seed
+        self.engine = engine if engine is not None else build_engine(model, cfg, max_prompt_tokens)
+        self.sampling_params = sampling_params or vllm_sampling_params
+        self.sync = PolicyWeightSync(model, push or partial(load_weights_into, self.engine))
+
+    def weights_updated(self) -> None:
+        self.sync.weights_updated()
+
+    @torch.no_grad()
+    def generate(
+        self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, num_generations: int, greedy: bool = False
+    ) -> Rollout:
+        self.sync.sync()
+        prompts = [{"prompt_token_ids": ids[mask.bool()].tolist()} for ids, mask in zip(prompt_ids, prompt_mask)]
+        kwargs = sampling_params_kwargs(self.cfg, num_generations, self.eos_ids, greedy, self.seed)
+        outputs = self.engine.generate(prompts, sampling_params=self.sampling_params(**kwargs), use_tqdm=False)
+        rows = completion_rows(outputs, num_generations, self.eos_ids)
+        return finish_rollout(
+            prompt_ids.repeat_interleave(num_generations, dim=0),
+            prompt_mask.repeat_interleave(num_generations, dim=0),
+            right_padded(rows, self.pad_id, prompt_ids.device),
+            self.eos_ids,
+            self.tokenizer,
+            num_generations,
+        )

@@ -1,0 +1,112 @@
+"""One trainer step on a fixed global batch, in one process or as one of N (accelerate launch).
+
+Run by tests/training/test_data_parallel.py: `python data_parallel_step.py MODEL_DIR RUN_ROOT OUT`
+alone, then under `accelerate launch --num_processes 2`. Every process generates the whole global
+batch from one seed (so both runs see the same completions), keeps its own rows, and calls
+`GRPOTrainer.learn`, the function `step()` calls after generating. The main process saves what
+the optimizer was about to apply (every gradient, via a step pre-hook) and the step's figures.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+CASES = {  # (algo.scale_rewards, algo.loss_type): the ones whose maths reads the whole batch
+    "batch_scaled": ("batch", "grpo"),
+    "dapo": ("group", "dapo"),
+    "bnpo": ("batch", "bnpo"),
+}
+
+
+def config(model_dir: str, scale_rewards: str, loss_type: str):
+    from grpo_cli.config.schema import ModelConfig, TrainConfig
+
+    cfg = TrainConfig()
+    cfg.model = ModelConfig(kind="hf", path=model_dir)
+    cfg.train.device, cfg.train.prompts_per_step, cfg.train.steps = "cpu", 4, 1
+    cfg.rollout.num_generations, cfg.rollout.max_new_tokens = 4, 6
+    cfg.algo.beta, cfg.algo.scale_rewards, cfg.algo.loss_type = 0.04, scale_rewards, loss_type
+    # dapo's denominator is the whole batch's tokens, so accumulation must not change it (bnpo's is
+    # each micro-batch's: with N processes micro-batch i is the union of every process's i-th one)
+    cfg.train.grad_accum_steps = 2 if loss_type == "dapo" else 1
+    cfg.optim.warmup_steps = 0  # the first step moves the policy: the second has a KL and ratios != 1
+    cfg.optim.max_grad_norm = 0.0  # no clipping: the gradients compared are the raw ones
+    cfg.monitor.plots = False
+    return cfg
+
+
+def varied_lengths(rollout, trainer):
+    """The same rollout with the first half's completions ending (EOS) after 1 to 3 tokens and the
+    second half's running to max_new_tokens: the two processes' token counts differ, so a local
+    denominator where a global one is due shows."""
+    from grpo_cli.rollout.base import finish_rollout
+
+    ids = rollout.completion_ids.clone()
+    eos = trainer.tokenizer.eos_token_id
+    for row in range(ids.size(0)):
+        if row < ids.size(0) // 2:
+            ids[row, row % 3] = eos
+    g = rollout.group_size
+    return finish_rollout(rollout.prompt_ids, rollout.prompt_mask, ids, [eos], trainer.tokenizer, g)
+
+
+def main(model_dir: str, run_root: str, out: str) -> None:
+    import torch
+
+    from grpo_cli.commands.launch import WORKER_ENV, join_world
+    from grpo_cli.rollout.base import Rollout
+    from grpo_cli.training.pipeline import generate_groups
+    from grpo_cli.training.trainer import GRPOTrainer
+
+    os.environ[WORKER_ENV] = run_root  # every process builds its own config: nothing to broadcast
+    results = {}
+    for name, (scale_rewards, loss_type) in CASES.items():
+        cfg = config(model_dir, scale_rewards, loss_type)
+        run_dir = Path(run_root) / name
+        world = join_world(cfg, run_dir)
+        trainer = GRPOTrainer(cfg, run_dir, [], world)
+        trainer.setup()
+        grads: list[list[torch.Tensor]] = []
+        trainer.optimizer.register_step_pre_hook(
+            lambda opt, args, kwargs, grads=grads: grads.append(
+                [p.grad.detach().clone() for group in opt.param_groups for p in group["params"]]
+            )
+        )
+        steps = []
+        for step in range(2):  # the second step has a policy that moved: KL and ratios are not trivial
+            batch = trainer.sampler.next_batch(cfg.train.prompts_per_step)
+            torch.manual_seed(1234 + step)
+            full = varied_lengths(
+                generate_groups(batch, trainer.encoder, trainer.generator, cfg.rollout.num_generations), trainer
+            )
+            per = full.completion_ids.size(0) // world.size
+            rows = slice(world.rank * per, (world.rank + 1) * per)
+            mine = Rollout(
+                full.prompt_ids[rows],
+                full.prompt_mask[rows],
+                full.completion_ids[rows],
+                full.completion_mask[rows],
+                full.truncated[rows],
+                full.texts[rows],
+                full.group_size,
+            )
+            result = trainer.learn(batch, mine, time.perf_counter())
+            keys = ("loss", "kl", "grad_norm", "reward/mean", "reward/std", "entropy", "clip_frac")
+            steps.append(
+                {
+                    "metrics": {k: result.metrics[k] for k in keys + ("completion_len/mean",)},
+                    "fused": list(result.fused),
+                    "grads": grads[-1],
+                    "weights": [p.detach().clone() for p in trainer.model.parameters()],
+                }
+            )
+        results[name] = {"steps": steps, "processes": world.size, "lengths": full.lengths.tolist()}
+    if world.is_main:
+        torch.save(results, out)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])

@@ -1,0 +1,102 @@
+"""Data-parallel training (issue 14): N processes compute the update one process computes on the
+same global batch, and a killed multi-process run resumes.
+
+Real processes throughout: accelerate's launcher (torchrun, gloo on the CPU) and the real
+`grpo train distributed.num_processes=2` command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from grpo_cli.commands.launch import free_port
+from tests.conftest import REPO, read_metrics, run_grpo
+
+STEP_SCRIPT = Path(__file__).with_name("data_parallel_step.py")
+QUICK = ("monitor.console=plain", "monitor.plots=false", "train.prompts_per_step=4", "rollout.num_generations=4")
+
+
+def _env() -> dict[str, str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
+
+
+def _run(command: list[str]) -> None:
+    done = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def one_and_two(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
+    root = tmp_path_factory.mktemp("data_parallel")
+    args = [str(tiny_model_dir)]
+    _run([sys.executable, str(STEP_SCRIPT), *args, str(root / "one"), str(root / "one.pt")])
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_machines", "1"]
+    launch += ["--mixed_precision", "no", "--dynamo_backend", "no", "--num_processes", "2"]
+    launch += ["--main_process_port", str(free_port())]
+    _run([*launch, str(STEP_SCRIPT), *args, str(root / "two"), str(root / "two.pt")])
+    return torch.load(root / "one.pt"), torch.load(root / "two.pt")
+
+
+@pytest.mark.parametrize("case", ["batch_scaled", "dapo", "bnpo"])
+def test_two_processes_compute_the_single_process_update(one_and_two: tuple[dict, dict], case: str) -> None:
+    """scale_rewards=batch needs the batch's std, dapo/bnpo the batch's token count (the two
+    processes' shares differ: 24 tokens against 48), dapo also across accumulated micro-batches."""
+    one, two = one_and_two[0][case], one_and_two[1][case]
+    assert (one["processes"], two["processes"]) == (1, 2)
+    lengths = one["lengths"]
+    assert sum(lengths[:8]) != sum(lengths[8:])  # uneven shares: local denominators would be wrong
+    for step, (a, b) in enumerate(zip(one["steps"], two["steps"])):
+        assert a["fused"] == b["fused"], f"step {step}: fused rewards differ"
+        for key, value in a["metrics"].items():
+            assert b["metrics"][key] == pytest.approx(value, rel=1e-5, abs=1e-7), f"step {step}: {key}"
+        for index, (ga, gb) in enumerate(zip(a["grads"], b["grads"])):
+            torch.testing.assert_close(gb, ga, rtol=1e-5, atol=1e-6, msg=f"step {step}: gradient {index}")
+        for wa, wb in zip(a["weights"], b["weights"]):
+            torch.testing.assert_close(wb, wa, rtol=0, atol=1e-5)
+    assert two["steps"][1]["metrics"]["kl"] > 0  # the second step's maths is not the trivial first one
+
+
+def test_a_killed_two_process_run_resumes(tmp_path: Path) -> None:
+    """Checkpoints every 3 steps; killed after the second checkpoint; the same command continues
+    from it with the steps after it run once; then one more step on a single process (another
+    process count: handled, and the log says what differs)."""
+    run_dir = tmp_path / "run"
+    args = ["train", "distributed.num_processes=2", "train.steps=12", "train.save_every=3", *QUICK]
+    args.append(f"hydra.run.dir={run_dir}")
+    command = [sys.executable, "-m", "grpo_cli", *args]
+    first = subprocess.Popen(
+        command, cwd=REPO, env=_env(), start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    deadline = time.monotonic() + 240
+    while not (run_dir / "checkpoints" / "step_000006").exists():
+        assert first.poll() is None, first.stdout.read().decode()[-3000:]
+        assert time.monotonic() < deadline, "no second checkpoint in 240 s"
+        time.sleep(0.2)
+    os.killpg(first.pid, signal.SIGKILL)  # the whole launch: launcher, torchrun and both workers
+    first.wait()
+    assert not (run_dir / "summary.json").exists()
+
+    resumed = run_grpo(*args, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    log = resumed.stdout + resumed.stderr + (run_dir / "train.log").read_text()
+    assert "resuming from" in log
+    steps = [row["step"] for row in read_metrics(run_dir)]
+    assert steps == list(range(1, 13))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["steps"], summary["processes"]) == (12, 2)
+
+    single = run_grpo(*[a for a in args if not a.startswith(("distributed.", "train.steps="))], "train.steps=13")
+    assert single.returncode == 0, single.stdout[-3000:] + single.stderr[-3000:]
+    assert "written by 2 process(es), this run has 1" in (run_dir / "train.log").read_text()
+    assert [row["step"] for row in read_metrics(run_dir)] == list(range(1, 14))
