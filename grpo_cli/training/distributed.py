@@ -150,3 +150,26 @@ def check_divisible(prompts_per_step: int, processes: int) -> None:
             f"generates whole groups for an equal share; use a multiple of {processes}, e.g. "
             f"{math.ceil(prompts_per_step / processes) * processes}"
         )
+
+
+SHARDED = ("FSDP", "DEEPSPEED", "MEGATRON_LM")  # accelerate distributed types that shard the weights
+
+
+def data_parallel_model(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """The policy wrapped for the update by accelerate (DistributedDataParallel: each process
+    keeps whole weights and gradients are averaged). An accelerate config asking for FSDP or
+    DeepSpeed is refused: they shard the weights that sampling and the reference pass need whole."""
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(cpu=device.type == "cpu")
+    kind = accelerator.distributed_type.name
+    if kind in SHARDED:
+        from grpo_cli.errors import GrpoError
+
+        raise GrpoError(
+            f"the accelerate config asks for {kind}, which shards the weights; grpo trains data-parallel with "
+            "DDP (every process holds the whole model, as sampling needs): use an accelerate config with "
+            "distributed_type MULTI_GPU (recipes/accelerate/multi_gpu.yaml), or LoRA (model.lora.enabled=true) "
+            "to fit a larger model"
+        )
+    return accelerator.prepare_model(model)

@@ -41,7 +41,7 @@ from grpo_cli.rollout import Rollout, make_generator
 from grpo_cli.rollout.prompts import PromptEncoder, context_length, fit_prompts
 from grpo_cli.stats import nanmean
 from grpo_cli.training.curriculum import RewardCurriculum
-from grpo_cli.training.distributed import World, check_divisible
+from grpo_cli.training.distributed import World, check_divisible, data_parallel_model
 from grpo_cli.training.guards import GuardVerdict, StabilityGuard, TrainingHalted
 from grpo_cli.training.interrupt import DeferredInterrupt
 from grpo_cli.training.metrics import nan_rate_alerts, step_metrics, step_samples
@@ -131,9 +131,7 @@ class GRPOTrainer:
         # reference and checkpoints use the module itself.
         self.train_model = self.model
         if self.world.size > 1:
-            from accelerate import Accelerator
-
-            self.train_model = Accelerator(cpu=self.device.type == "cpu").prepare_model(self.model)
+            self.train_model = data_parallel_model(self.model, self.device)
         self.clip = AdaptiveClip(cfg.algo.adaptive_clip, cfg.algo.epsilon_low, cfg.algo.epsilon_high)
         self.autocast = autocast_factory(self.device, precision)
         self.scaler = gradient_scaler(precision, self.device)

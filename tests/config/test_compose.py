@@ -54,9 +54,27 @@ def _extends(path: Path) -> list[str]:
     return [d.lstrip("/") for d in defaults if isinstance(d, str)]
 
 
+ACCELERATE_CONFIGS = RECIPES / "accelerate"  # accelerate launch configs, not Hydra configs
+
+
 def _recipes() -> list[str]:
-    """Config names (relative to recipes/, no suffix) of every yaml below recipes/."""
-    return [p.relative_to(RECIPES).with_suffix("").as_posix() for p in _yaml_files(RECIPES)]
+    """Config names (relative to recipes/, no suffix) of every Hydra yaml below recipes/."""
+    return [
+        p.relative_to(RECIPES).with_suffix("").as_posix()
+        for p in _yaml_files(RECIPES)
+        if ACCELERATE_CONFIGS not in p.parents
+    ]
+
+
+@pytest.mark.parametrize("path", sorted(ACCELERATE_CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
+def test_accelerate_configs_load_as_data_parallel(path: Path) -> None:
+    """What `accelerate launch --config_file` reads; DDP, the one layout grpo trains (FSDP and
+    DeepSpeed shard the weights sampling needs whole, and the trainer refuses them)."""
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    config = load_config_from_file(str(path))
+    assert config.distributed_type.name == "MULTI_GPU"
+    assert config.num_processes >= 2 and config.mixed_precision == "no"
 
 
 def _recipe_kind(name: str) -> str:

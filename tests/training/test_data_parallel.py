@@ -100,3 +100,20 @@ def test_a_killed_two_process_run_resumes(tmp_path: Path) -> None:
     assert single.returncode == 0, single.stdout[-3000:] + single.stderr[-3000:]
     assert "written by 2 process(es), this run has 1" in (run_dir / "train.log").read_text()
     assert [row["step"] for row in read_metrics(run_dir)] == list(range(1, 14))
+
+
+def test_accelerate_launch_on_the_entry_point_composes_once(tmp_path: Path) -> None:
+    """A user's own `accelerate launch $(which grpo) train ...`: every process starts the CLI, the
+    main one composes with Hydra and the others train its config, in one run directory."""
+    run_dir = tmp_path / "run"
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_machines", "1"]
+    launch += ["--mixed_precision", "no", "--dynamo_backend", "no", "--num_processes", "2"]
+    launch += ["--main_process_port", str(free_port()), "-m", "grpo_cli", "train", "train.steps=2", *QUICK]
+    done = subprocess.run(
+        [*launch, f"hydra.run.dir={run_dir}"], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert [row["step"] for row in read_metrics(run_dir)] == [1, 2]
+    assert json.loads((run_dir / "summary.json").read_text())["processes"] == 2
+    assert "processes: 2" in (run_dir / "config.yaml").read_text()
+    assert not (tmp_path / "outputs").exists()  # no second run directory from another process's Hydra
