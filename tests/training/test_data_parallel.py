@@ -51,7 +51,7 @@ def one_and_two(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
 @pytest.mark.parametrize("case", ["batch_scaled", "dapo", "bnpo"])
 def test_two_processes_compute_the_single_process_update(one_and_two: tuple[dict, dict], case: str) -> None:
     """scale_rewards=batch needs the batch's std, dapo/bnpo the batch's token count (the two
-    processes' shares differ: 24 tokens against 48), dapo also across accumulated micro-batches."""
+    processes' shares differ: 15 tokens against 48), dapo also across accumulated micro-batches."""
     one, two = one_and_two[0][case], one_and_two[1][case]
     assert (one["processes"], two["processes"]) == (1, 2)
     lengths = one["lengths"]
