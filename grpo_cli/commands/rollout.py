@@ -48,6 +48,8 @@ def rollout_settings(cfg: RolloutRunConfig, dtype: str, examples: list[dict[str,
     if cfg.model.kind == "tiny":
         model["tiny"] = asdict(cfg.model.tiny)
     sampling = {key: value for key, value in asdict(cfg.rollout).items() if key != "resume"}
+    if cfg.rollout.backend != "vllm":  # the engine's settings decide nothing else (and older files lack them)
+        del sampling["vllm"]
     rows = hashlib.sha256(json.dumps(examples, sort_keys=True).encode()).hexdigest()
     return {
         "model": model,

@@ -31,20 +31,25 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _run(command: list[str]) -> None:
-    done = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+def _run_together(*commands: list[str]) -> None:
+    """The commands side by side (most of each is start-up), each to success."""
+    started = [subprocess.Popen(c, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for c in commands]
+    for proc in started:
+        output = proc.communicate(timeout=300)[0].decode()
+        assert proc.returncode == 0, output[-3000:]
 
 
 @pytest.fixture(scope="module")
 def one_and_two(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
     root = tmp_path_factory.mktemp("data_parallel")
     args = [str(tiny_model_dir)]
-    _run([sys.executable, str(STEP_SCRIPT), *args, str(root / "one"), str(root / "one.pt")])
     launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_machines", "1"]
     launch += ["--mixed_precision", "no", "--dynamo_backend", "no", "--num_processes", "2"]
     launch += ["--main_process_port", str(free_port())]
-    _run([*launch, str(STEP_SCRIPT), *args, str(root / "two"), str(root / "two.pt")])
+    _run_together(
+        [sys.executable, str(STEP_SCRIPT), *args, str(root / "one"), str(root / "one.pt")],
+        [*launch, str(STEP_SCRIPT), *args, str(root / "two"), str(root / "two.pt")],
+    )
     return torch.load(root / "one.pt"), torch.load(root / "two.pt")
 
 
@@ -67,53 +72,48 @@ def test_two_processes_compute_the_single_process_update(one_and_two: tuple[dict
     assert two["steps"][1]["metrics"]["kl"] > 0  # the second step's maths is not the trivial first one
 
 
+def _accelerate_launch(*args: str) -> list[str]:
+    """A user's own `accelerate launch` of the entry point (2 CPU processes)."""
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_machines", "1"]
+    launch += ["--mixed_precision", "no", "--dynamo_backend", "no", "--num_processes", "2"]
+    return [*launch, "--main_process_port", str(free_port()), "-m", "grpo_cli", *args]
+
+
 def test_a_killed_two_process_run_resumes(tmp_path: Path) -> None:
-    """Checkpoints every 3 steps; killed after the second checkpoint; the same command continues
-    from it with the steps after it run once; then one more step on a single process (another
-    process count: handled, and the log says what differs)."""
+    """`grpo train distributed.num_processes=2` checkpoints every 2 steps and is killed after the
+    second checkpoint. A user's `accelerate launch $(which grpo) train ...` (the main process
+    composes, the other trains its config) continues it in the same directory, each step logged
+    once; then one more step on a single process (another count: handled, and the log says so)."""
     run_dir = tmp_path / "run"
-    args = ["train", "distributed.num_processes=2", "train.steps=12", "train.save_every=3", *QUICK]
-    args.append(f"hydra.run.dir={run_dir}")
-    command = [sys.executable, "-m", "grpo_cli", *args]
+    args = ["train", "train.steps=8", "train.save_every=2", *QUICK, f"hydra.run.dir={run_dir}"]
     first = subprocess.Popen(
-        command, cwd=REPO, env=_env(), start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        [sys.executable, "-m", "grpo_cli", *args, "distributed.num_processes=2"],
+        cwd=REPO,
+        env=_env(),
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
     deadline = time.monotonic() + 240
-    while not (run_dir / "checkpoints" / "step_000006").exists():
+    while not (run_dir / "checkpoints" / "step_000004").exists():
         assert first.poll() is None, first.stdout.read().decode()[-3000:]
         assert time.monotonic() < deadline, "no second checkpoint in 240 s"
-        time.sleep(0.2)
+        time.sleep(0.1)
     os.killpg(first.pid, signal.SIGKILL)  # the whole launch: launcher, torchrun and both workers
     first.wait()
     assert not (run_dir / "summary.json").exists()
 
-    resumed = run_grpo(*args, timeout=300)
+    resumed = subprocess.run(
+        _accelerate_launch(*args), cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300
+    )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    log = resumed.stdout + resumed.stderr + (run_dir / "train.log").read_text()
-    assert "resuming from" in log
-    steps = [row["step"] for row in read_metrics(run_dir)]
-    assert steps == list(range(1, 13))
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert (summary["steps"], summary["processes"]) == (12, 2)
+    assert "resuming from" in (run_dir / "train.log").read_text()
+    assert [row["step"] for row in read_metrics(run_dir)] == list(range(1, 9))
+    assert json.loads((run_dir / "summary.json").read_text())["processes"] == 2
+    assert "num_processes: 2" in (run_dir / "config.yaml").read_text()
+    assert not (tmp_path / "outputs").exists()  # no second run directory from another process's Hydra
 
-    single = run_grpo(*[a for a in args if not a.startswith(("distributed.", "train.steps="))], "train.steps=13")
+    single = run_grpo(*[a for a in args if a != "train.steps=8"], "train.steps=9")
     assert single.returncode == 0, single.stdout[-3000:] + single.stderr[-3000:]
     assert "written by 2 process(es), this run has 1" in (run_dir / "train.log").read_text()
-    assert [row["step"] for row in read_metrics(run_dir)] == list(range(1, 14))
-
-
-def test_accelerate_launch_on_the_entry_point_composes_once(tmp_path: Path) -> None:
-    """A user's own `accelerate launch $(which grpo) train ...`: every process starts the CLI, the
-    main one composes with Hydra and the others train its config, in one run directory."""
-    run_dir = tmp_path / "run"
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_machines", "1"]
-    launch += ["--mixed_precision", "no", "--dynamo_backend", "no", "--num_processes", "2"]
-    launch += ["--main_process_port", str(free_port()), "-m", "grpo_cli", "train", "train.steps=2", *QUICK]
-    done = subprocess.run(
-        [*launch, f"hydra.run.dir={run_dir}"], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert [row["step"] for row in read_metrics(run_dir)] == [1, 2]
-    assert json.loads((run_dir / "summary.json").read_text())["processes"] == 2
-    assert "processes: 2" in (run_dir / "config.yaml").read_text()
-    assert not (tmp_path / "outputs").exists()  # no second run directory from another process's Hydra
+    assert [row["step"] for row in read_metrics(run_dir)] == list(range(1, 10))
