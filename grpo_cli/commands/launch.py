@@ -27,8 +27,9 @@ import torch
 from omegaconf import OmegaConf
 
 from grpo_cli.config import TrainConfig
+from grpo_cli.config.validate import validate
 from grpo_cli.errors import GrpoError
-from grpo_cli.training.distributed import World, launched_processes
+from grpo_cli.training.distributed import World, check_divisible, launched_processes
 
 WORKER_ENV = "GRPO_WORKER_RUN_DIR"  # set by `launch_workers`: the workers read the run directory's config
 CONFIG_FILE = "config.yaml"
@@ -83,6 +84,8 @@ def launch_command(cfg: TrainConfig, run_dir: Path) -> list[str]:
 
 def launch_workers(cfg: TrainConfig, run_dir: Path) -> float:
     """Run N workers on this run directory and return the run's objective (sweep.objective)."""
+    validate(cfg)  # a bad value fails here, not after N processes have started and loaded torch
+    check_divisible(cfg.train.prompts_per_step, cfg.distributed.num_processes)
     write_resolved_config(cfg, run_dir, f"# trained by {cfg.distributed.num_processes} processes\n")
     env = {**os.environ, WORKER_ENV: str(run_dir)}
     if uses_cpu(cfg.train.device):

@@ -342,10 +342,15 @@ def validate(cfg: TrainConfig) -> list[str]:
         "sandbox.workers": cfg.sandbox.workers,
         "reward.max_consecutive_failures": cfg.reward.max_consecutive_failures,
         "monitor.print_every": cfg.monitor.print_every,
+        "distributed.num_processes": cfg.distributed.num_processes,
     }
     for key, value in positive_ints.items():
         if value < 1:
             _fail(key, value, "must be at least 1")
+    if not 0 <= cfg.distributed.main_process_port <= 65535:
+        _fail("distributed.main_process_port", cfg.distributed.main_process_port, "must be a port, 0 for a free one")
+    if cfg.distributed.accelerate_config and not Path(cfg.distributed.accelerate_config).is_file():
+        _fail("distributed.accelerate_config", cfg.distributed.accelerate_config, "is not a file")
     g = cfg.rollout.num_generations
     if g < 2:
         _fail("rollout.num_generations", g, "group-relative advantages need at least 2 per prompt")

@@ -53,6 +53,10 @@ def test_the_valid_base_passes_without_warnings() -> None:
         ("rollout.min_new_tokens", -1),
         ("rollout.min_new_tokens", 5),  # above max_new_tokens (4)
         ("rollout.loop", "vllm"),
+        ("rollout.backend", "sglang"),
+        ("distributed.num_processes", 0),
+        ("distributed.main_process_port", 70000),
+        ("distributed.accelerate_config", "no/such/accelerate.yaml"),
         ("train.layout", "pack"),
         ("train.steps", 0),
         ("algo.loss_type", "ppo"),

@@ -117,3 +117,15 @@ def test_a_killed_two_process_run_resumes(tmp_path: Path) -> None:
     assert single.returncode == 0, single.stdout[-3000:] + single.stderr[-3000:]
     assert "written by 2 process(es), this run has 1" in (run_dir / "train.log").read_text()
     assert [row["step"] for row in read_metrics(run_dir)] == list(range(1, 10))
+
+
+def test_a_batch_that_does_not_split_fails_before_any_worker_starts(tmp_path: Path) -> None:
+    from grpo_cli.commands.launch import launch_workers
+    from grpo_cli.config.schema import TrainConfig
+    from grpo_cli.errors import GrpoError
+
+    cfg = TrainConfig()
+    cfg.distributed.num_processes = 3  # 16 prompts per step
+    with pytest.raises(GrpoError, match=r"train.prompts_per_step=16 does not split over 3 processes.*e\.g\. 18"):
+        launch_workers(cfg, tmp_path / "run")
+    assert not (tmp_path / "run").exists()  # nothing written, nothing launched
