@@ -92,10 +92,7 @@ def launch_workers(cfg: TrainConfig, run_dir: Path) -> float:
         env["ACCELERATE_USE_CPU"] = "true"
     threads = cfg.train.threads or 1
     env.setdefault("OMP_NUM_THREADS", str(threads))  # torchrun's default of 1 per worker, unless asked
-    try:
-        code = subprocess.run(launch_command(cfg, run_dir), env=env).returncode
-    except KeyboardInterrupt:  # the workers got the same signal: the run resumes from its last checkpoint
-        raise
+    code = subprocess.run(launch_command(cfg, run_dir), env=env).returncode
     if code != 0:
         raise GrpoError(f"the {cfg.distributed.num_processes} training processes failed (exit code {code}): see above")
     return objective(run_dir, cfg.sweep.objective)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import shlex
 import sys
 import time
@@ -14,7 +15,7 @@ import transformers
 from rich.console import Console
 from rich.markup import escape
 
-from grpo_cli.commands.launch import join_world, launch_workers, objective, write_resolved_config
+from grpo_cli.commands.launch import WORKER_ENV, join_world, launch_workers, objective, write_resolved_config
 from grpo_cli.config import TrainConfig, apply_smoke
 from grpo_cli.config.validate import flatten
 from grpo_cli.core.checkpoint import latest_checkpoint
@@ -50,6 +51,17 @@ def resume_command(run_dir: Path) -> str:
     return shlex.join(["grpo", "train", *overrides, f"hydra.run.dir={run_dir}"])
 
 
+def report_interrupt(console: Console, run_dir: Path, when: str) -> None:
+    """Where a Ctrl-C left the run, and the command that continues it."""
+    latest = latest_checkpoint(run_dir)
+    where = f"checkpoint {latest}" if latest else "no checkpoint yet: a resume starts over"
+    console.print(
+        f"[bold yellow]interrupted[/] {when}; {where}.\nResume with:\n  {escape(resume_command(run_dir))}",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
 def last_eval(history: list[dict]) -> dict[str, float]:
     """The latest `train.eval_every` figures (eval/accuracy, ...), for the summary and sweeps."""
     rows = [row for row in history if any(k.startswith("eval/") for k in row)]
@@ -64,7 +76,11 @@ def run_train(cfg: TrainConfig, run_dir: Path) -> float:
         apply_smoke(cfg)
     require_trackers(cfg.monitor.trackers)
     if cfg.distributed.num_processes > 1 and launched_processes() == 1:
-        return launch_workers(cfg, run_dir)
+        try:
+            return launch_workers(cfg, run_dir)
+        except KeyboardInterrupt:  # the workers got the signal too and stopped
+            report_interrupt(Console(stderr=True), run_dir, f"with {cfg.distributed.num_processes} processes")
+            sys.exit(EXIT_INTERRUPTED)
     world = join_world(cfg, run_dir)
     if not world.is_main:  # every file, log line and tracker is the main process's
         return _train_quietly(cfg, run_dir, world)
@@ -119,14 +135,8 @@ def run_train(cfg: TrainConfig, run_dir: Path) -> float:
             soft_wrap=True,
         )
     except KeyboardInterrupt:
-        latest = latest_checkpoint(run_dir)
-        where = f"checkpoint {latest}" if latest else "no checkpoint yet: a resume starts over"
-        console.print(
-            f"[bold yellow]interrupted[/] after step {trainer.step_index}; {where}.\n"
-            f"Resume with:\n  {escape(resume_command(run_dir))}",
-            highlight=False,
-            soft_wrap=True,
-        )
+        if world.size == 1 or WORKER_ENV not in os.environ:  # a worker's launcher reports it, with its command
+            report_interrupt(console, run_dir, f"after step {trainer.step_index}")
         trainer.cleanup()
         sys.exit(EXIT_INTERRUPTED)
     finally:
@@ -171,5 +181,8 @@ def _train_quietly(cfg: TrainConfig, run_dir: Path, world: World) -> float:
     except TrainingHalted as halt:  # the main process prints it and exits with its code
         trainer.cleanup()
         sys.exit(halt.exit_code)
+    except KeyboardInterrupt:  # the main process says where the run stopped
+        trainer.cleanup()
+        sys.exit(EXIT_INTERRUPTED)
     trainer.cleanup()
     return math.nan
