@@ -17,7 +17,6 @@ import logging
 import logging.config
 import math
 import os
-import socket
 import subprocess
 import sys
 from importlib import resources
@@ -33,13 +32,6 @@ from grpo_cli.training.distributed import World, check_divisible, launched_proce
 
 WORKER_ENV = "GRPO_WORKER_RUN_DIR"  # set by `launch_workers`: the workers read the run directory's config
 CONFIG_FILE = "config.yaml"
-
-
-def free_port() -> int:
-    """A port nobody listens on now, for the workers' rendezvous on this machine."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def write_resolved_config(cfg: TrainConfig, run_dir: Path, header: str = "") -> Path:
@@ -78,7 +70,7 @@ def launch_command(cfg: TrainConfig, run_dir: Path) -> list[str]:
     else:  # torchrun on this machine; on CPU too (accelerate's --cpu launcher wants MPI for N > 1)
         command += ["--multi_gpu", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
     command += ["--num_processes", str(dist.num_processes)]
-    command += ["--main_process_port", str(dist.main_process_port or free_port())]
+    command += ["--main_process_port", str(dist.main_process_port)]  # 0: accelerate picks a free port
     return [*command, "-m", "grpo_cli.commands.launch", str(run_dir)]
 
 

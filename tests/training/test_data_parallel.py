@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from grpo_cli.commands.launch import free_port
 from tests.conftest import REPO, read_metrics, run_grpo
 
 STEP_SCRIPT = Path(__file__).with_name("data_parallel_step.py")
@@ -45,7 +44,7 @@ def one_and_two(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     args = [str(tiny_model_dir)]
     launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_machines", "1"]
     launch += ["--mixed_precision", "no", "--dynamo_backend", "no", "--num_processes", "2"]
-    launch += ["--main_process_port", str(free_port())]
+    launch += ["--main_process_port", "0"]
     _run_together(
         [sys.executable, str(STEP_SCRIPT), *args, str(root / "one"), str(root / "one.pt")],
         [*launch, str(STEP_SCRIPT), *args, str(root / "two"), str(root / "two.pt")],
@@ -76,7 +75,7 @@ def _accelerate_launch(*args: str) -> list[str]:
     """A user's own `accelerate launch` of the entry point (2 CPU processes)."""
     launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_machines", "1"]
     launch += ["--mixed_precision", "no", "--dynamo_backend", "no", "--num_processes", "2"]
-    return [*launch, "--main_process_port", str(free_port()), "-m", "grpo_cli", *args]
+    return [*launch, "--main_process_port", "0", "-m", "grpo_cli", *args]
 
 
 def test_a_killed_two_process_run_resumes(tmp_path: Path) -> None:
