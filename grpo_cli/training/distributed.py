@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from grpo_cli.errors import GrpoError
 from grpo_cli.rewards import BatchScores
 from grpo_cli.rollout.base import Rollout, concat_rollouts
 
@@ -142,8 +143,6 @@ class World:
 
 def check_divisible(prompts_per_step: int, processes: int) -> None:
     """Every process takes whole groups, the same number of them."""
-    from grpo_cli.errors import GrpoError
-
     if processes > 1 and prompts_per_step % processes:
         raise GrpoError(
             f"train.prompts_per_step={prompts_per_step} does not split over {processes} processes: each process "
@@ -164,8 +163,6 @@ def data_parallel_model(model: torch.nn.Module, device: torch.device) -> torch.n
     accelerator = Accelerator(cpu=device.type == "cpu")
     kind = accelerator.distributed_type.name
     if kind in SHARDED:
-        from grpo_cli.errors import GrpoError
-
         raise GrpoError(
             f"the accelerate config asks for {kind}, which shards the weights; grpo trains data-parallel with "
             "DDP (every process holds the whole model, as sampling needs): use an accelerate config with "

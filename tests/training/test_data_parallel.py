@@ -38,16 +38,20 @@ def _run_together(*commands: list[str]) -> None:
         assert proc.returncode == 0, output[-3000:]
 
 
+def _accelerate_launch(*target: str) -> list[str]:
+    """`accelerate launch` of 2 CPU processes on `target` (a script, or `-m grpo_cli ...`), as a user types it."""
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_machines", "1"]
+    launch += ["--mixed_precision", "no", "--dynamo_backend", "no", "--num_processes", "2"]
+    return [*launch, "--main_process_port", "0", *target]
+
+
 @pytest.fixture(scope="module")
 def one_and_two(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
     root = tmp_path_factory.mktemp("data_parallel")
-    args = [str(tiny_model_dir)]
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_machines", "1"]
-    launch += ["--mixed_precision", "no", "--dynamo_backend", "no", "--num_processes", "2"]
-    launch += ["--main_process_port", "0"]
+    args = [str(STEP_SCRIPT), str(tiny_model_dir)]
     _run_together(
-        [sys.executable, str(STEP_SCRIPT), *args, str(root / "one"), str(root / "one.pt")],
-        [*launch, str(STEP_SCRIPT), *args, str(root / "two"), str(root / "two.pt")],
+        [sys.executable, *args, str(root / "one"), str(root / "one.pt")],
+        _accelerate_launch(*args, str(root / "two"), str(root / "two.pt")),
     )
     return torch.load(root / "one.pt"), torch.load(root / "two.pt")
 
@@ -69,13 +73,6 @@ def test_two_processes_compute_the_single_process_update(one_and_two: tuple[dict
         for wa, wb in zip(a["weights"], b["weights"]):
             torch.testing.assert_close(wb, wa, rtol=0, atol=1e-5)
     assert two["steps"][1]["metrics"]["kl"] > 0  # the second step's maths is not the trivial first one
-
-
-def _accelerate_launch(*args: str) -> list[str]:
-    """A user's own `accelerate launch` of the entry point (2 CPU processes)."""
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_machines", "1"]
-    launch += ["--mixed_precision", "no", "--dynamo_backend", "no", "--num_processes", "2"]
-    return [*launch, "--main_process_port", "0", "-m", "grpo_cli", *args]
 
 
 def test_a_killed_two_process_run_resumes(tmp_path: Path) -> None:
@@ -103,7 +100,12 @@ def test_a_killed_two_process_run_resumes(tmp_path: Path) -> None:
     assert not (run_dir / "summary.json").exists()
 
     resumed = subprocess.run(
-        _accelerate_launch(*args), cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300
+        _accelerate_launch("-m", "grpo_cli", *args),
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "resuming from" in (run_dir / "train.log").read_text()
