@@ -507,17 +507,12 @@ def _check_mode(mode: str) -> None:
 
 def _run_batch(jobs: dict[int, Callable[[], float | None]], workers: int, deadline_s: float) -> dict[int, Any]:
     """Run the jobs on `workers` threads (each sandbox session is its own process) until the
-    deadline. A job still running then scores 0 (it was slow); one never started gets None
-    (the harness ran out of time, not the candidate's fault)."""
+    deadline. A job still running then scores 0 (it was slow), and so does one never started:
+    the time went to its batch's slow candidates, and a None would drop code_tests from that
+    completion's fused mean only, so a wrong answer queued behind hangs would outscore them."""
     results: dict[int, Any] = {}
-    started: set[int] = set()
-
-    def run(index: int) -> float | None:
-        started.add(index)
-        return jobs[index]()
-
     pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="code-tests")
-    futures = {pool.submit(run, i): i for i in jobs}
+    futures = {pool.submit(job): i for i, job in jobs.items()}
     end = time.monotonic() + deadline_s
     pending = set(futures)
     error: BaseException | None = None
@@ -529,8 +524,7 @@ def _run_batch(jobs: dict[int, Callable[[], float | None]], workers: int, deadli
         if time.monotonic() >= end:
             break
     for future in pending:
-        index = futures[future]
-        results[index] = 0.0 if index in started else None
+        results[futures[future]] = 0.0  # started or not: never None, which only a harness fault gives
     pool.shutdown(wait=False, cancel_futures=True)  # running sessions end on their own timeouts
     if error is not None:
         raise error  # a broken task (e.g. a `test` without check()) is the data's bug: say so loudly

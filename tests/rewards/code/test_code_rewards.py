@@ -8,6 +8,8 @@ from importlib.resources import files
 
 import pytest
 
+from grpo_cli.config.schema import RewardFunctionConfig, SandboxConfig
+from grpo_cli.rewards import RewardBatch, RewardExecutor, RewardFusion, resolve_reward_sources, score_and_fuse
 from grpo_cli.rewards.builtin import BUILTIN_REWARDS
 from grpo_cli.rewards.code import HarnessFault
 from grpo_cli.rewards.code.rewards import (
@@ -208,13 +210,33 @@ def test_what_does_not_compile_scores_zero_without_a_sandbox_and_a_harness_fault
     assert code_tests(prompts, completions, **columns, **FAST) == [1.0, 0.0, 0.0, None]
 
 
-def test_a_batch_past_its_deadline_scores_started_runs_zero_and_unstarted_none() -> None:
+def test_a_batch_past_its_deadline_scores_started_and_unstarted_runs_zero() -> None:
     task = _task("triangle")
     loops = ["    while True:\n        pass\n"] * 2
     scores = code_tests(
         [task["prompt"]] * 2, loops, **_columns([task] * 2), timeout_s=3.0, workers=1, batch_timeout_s=0.5
     )
-    assert scores == [0.0, None]
+    assert scores == [0.0, 0.0]
+
+
+def test_a_wrong_answer_queued_behind_hangs_does_not_win_its_group() -> None:
+    """Issue 21 item 1: with one worker, a 1 s run timeout and 1.5 s for the batch, the last two
+    of [hang, hang, hang, wrong] never start. Scored None, code_tests left their fused mean, and
+    the wrong answer (it compiles) fused to 1.0 against the hangs' 0.5."""
+    task = _task("triangle")
+    hang, wrong = "    while True:\n        pass\n", "    return 0\n"
+    specs = [
+        RewardFunctionConfig(
+            name="code_tests", target="code_tests", kwargs={"workers": 1, "timeout_s": 1.0, "batch_timeout_s": 1.5}
+        ),
+        RewardFunctionConfig(name="code_compiles", target="code_compiles"),
+    ]
+    sources = resolve_reward_sources(specs, sandbox=SandboxConfig())
+    batch = RewardBatch.from_groups([task], [hang, hang, hang, wrong], [5] * 4, 4)
+    with RewardExecutor(num_workers=0, default_timeout_s=60.0) as executor:
+        result = score_and_fuse(executor, RewardFusion(sources), batch)
+    assert result.per_function["code_tests"] == [0.0] * 4
+    assert result.fused == [0.5] * 4
 
 
 # ---- static checks -----------------------------------------------------------------------------------
