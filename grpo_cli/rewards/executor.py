@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from grpo_cli.rewards.sources import RewardSource
@@ -38,8 +38,9 @@ class BatchScores:
     """One source's scores for a batch: NaN where it gave no usable number."""
 
     values: list[float]
-    error: str | None = None  # "ValueError: flaky", "timed out after 2.0s", ...
+    error: str | None = None  # "ValueError: flaky", "timed out after 2.0s", ...: the whole batch failed
     elapsed_s: float = 0.0
+    row_errors: dict[int, str] = field(default_factory=dict)  # rows that raised when scored alone: NaN there only
 
 
 def _describe(err: BaseException) -> str:
@@ -77,20 +78,44 @@ def evaluate_source(
     n = len(completions)
     start = time.perf_counter()
     try:
-        # kwargs come last and win: a configured value may stand in for (or override) a column.
-        raw = fn(prompts, completions, **{**columns, **kwargs})
-    except Exception as err:  # a failing user function must not stop training: its batch scores NaN
-        return BatchScores([math.nan] * n, _describe(err), time.perf_counter() - start)
-    elapsed = time.perf_counter() - start
+        return BatchScores(_call(fn, kwargs, prompts, completions, columns), None, time.perf_counter() - start)
+    except _Malformed as err:  # the function's own bug, whatever the completions: no row is retried
+        return BatchScores([math.nan] * n, str(err), time.perf_counter() - start)
+    except Exception as err:  # a failing user function must not stop training: at worst its batch scores NaN
+        error = _describe(err)
+    # One completion can break a scorer for the whole batch (pycodestyle's IndexError on `B #x`):
+    # each is scored alone, so it costs that completion, never the other 127.
+    if n < 2:
+        return BatchScores([math.nan] * n, error, time.perf_counter() - start)
+    values, row_errors = [math.nan] * n, {}
+    for i in range(n):
+        try:
+            values[i] = _call(fn, kwargs, [prompts[i]], [completions[i]], {k: [v[i]] for k, v in columns.items()})[0]
+        except Exception as err:
+            row_errors[i] = str(err) if isinstance(err, _Malformed) else _describe(err)
+    if len(row_errors) < n:
+        return BatchScores(values, None, time.perf_counter() - start, row_errors)
+    return BatchScores(values, error, time.perf_counter() - start)  # it fails alone too: the function's failure
+
+
+class _Malformed(Exception):
+    """A result that breaks the contract (not a list, a wrong length)."""
+
+
+def _call(
+    fn: Callable[..., Any], kwargs: dict[str, Any], prompts: list[Any], completions: list[Any], columns: dict[str, Any]
+) -> list[float]:
+    # kwargs come last and win: a configured value may stand in for (or override) a column.
+    raw = fn(prompts, completions, **{**columns, **kwargs})
     if raw is None:
-        return BatchScores([math.nan] * n, "returned None instead of a list", elapsed)
+        raise _Malformed("returned None instead of a list")
     try:
         length = len(raw)
     except TypeError:
-        return BatchScores([math.nan] * n, f"returned {type(raw).__name__}, not a list", elapsed)
-    if length != n:
-        return BatchScores([math.nan] * n, f"returned {length} values for {n} completions", elapsed)
-    return BatchScores([_as_float(v) for v in raw], None, elapsed)
+        raise _Malformed(f"returned {type(raw).__name__}, not a list") from None
+    if length != len(completions):
+        raise _Malformed(f"returned {length} values for {len(completions)} completions")
+    return [_as_float(v) for v in raw]
 
 
 def _init_worker(modules: list[str], barrier: Any) -> None:

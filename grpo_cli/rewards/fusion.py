@@ -36,7 +36,7 @@ class FusionResult:
     errors: dict[str, str | None]  # this batch's error; for a masked function the one that masked it
     unscorable_indices: list[int]
     masked: list[str]
-    alerts: list[str]  # masking alerts raised by this batch only
+    alerts: list[str]  # this batch's masking alerts, and completions a function raised on alone
     effective_weights: dict[str, float]  # after masking and fallbacks
     weight_effect: dict[str, float]  # share of Var(R) each function drives; sums to 1
     contributions: dict[str, list[float]]  # x_i per sample: Σ_i x_i = R (0 where i did not score)
@@ -77,6 +77,11 @@ def group_zscores(values: list[float], group_size: int) -> list[float]:
         for i in idx:
             out[i] = (values[i] - mean) / (std + STD_EPS)
     return out
+
+
+def _first_error(scores: BatchScores) -> str | None:
+    """The batch's error, else the first completion's the function raised on alone."""
+    return scores.error or next(iter(scores.row_errors.values()), None)
 
 
 class RewardFusion:
@@ -213,6 +218,13 @@ class RewardFusion:
                 if alert:
                     log.warning(alert)
                     alerts.append(alert)
+        for name, scored in batches.items():
+            if scored.row_errors and name not in self.masked:
+                row, error = next(iter(scored.row_errors.items()))
+                alerts.append(
+                    f"reward '{name}' raised on {len(scored.row_errors)} of {n} completions, scored alone: "
+                    f"NaN for them, the rest of its batch stands (row {row}: {error})"
+                )
         effective = self.effective_weights(weights)
 
         sums_group_scores = grouped and self.aggregation == "normalize_then_sum"
@@ -242,7 +254,8 @@ class RewardFusion:
 
         unscorable = [j for j, r in enumerate(fused) if math.isnan(r)]
         errors = {
-            s.name: self._last_error[s.name] if s.name in self.masked else batches[s.name].error for s in self.sources
+            s.name: self._last_error[s.name] if s.name in self.masked else _first_error(batches[s.name])
+            for s in self.sources
         }
         return FusionResult(
             fused=fused,

@@ -34,3 +34,11 @@ def with_column(prompts, completions, answer, scale=1.0, **_):
 
 def crash(prompts, completions, **_):
     os._exit(1)  # a segfaulting extension, as far as the pool can tell
+
+
+def picky(prompts, completions, **_):
+    """Scores a batch, except that one completion breaks it (as `B #x` broke pycodestyle)."""
+    for c in completions:
+        if c == "boom":
+            raise ValueError(f"cannot read {c!r}")
+    return [float(len(c)) for c in completions]

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from grpo_cli.config.schema import RewardConfig, RewardFunctionConfig, TrainConfig
+from grpo_cli.config.schema import RewardConfig, RewardFunctionConfig, SandboxConfig, TrainConfig
 from grpo_cli.config.validate import validate
 from grpo_cli.errors import GrpoError
 from grpo_cli.rewards import (
@@ -124,6 +124,35 @@ def test_raising_function_scores_nan_for_its_batch_only():
     assert all(math.isnan(v) for v in result.per_function["boom"])
     assert result.errors == {"boom": "RuntimeError: reward server down", "exact": None}
     assert result.fused == [1.0, 0.0]
+
+
+def test_a_completion_that_breaks_a_function_costs_that_completion_not_the_batch():
+    """Issue 21 item 3: one completion's exception made the whole batch NaN (128 scores for one
+    pycodestyle crash). Each is scored alone after a raise: NaN there, an alert with the count,
+    and not a failed batch, so three such batches do not mask the function."""
+    sources = resolve_reward_sources([spec("picky", "tests.rewards.pool_functions:picky")], sandbox=SandboxConfig())
+    fusion = RewardFusion(sources, max_consecutive_failures=3)
+    completions = ["a", "boom", "ccc", "dd"]
+    batch = RewardBatch.from_groups([{"prompt": "p"}], completions, [1] * 4, 4)
+    with RewardExecutor(num_workers=0, default_timeout_s=0) as executor:
+        results = [score_and_fuse(executor, fusion, batch) for _ in range(3)]
+    values = results[-1].per_function["picky"]
+    assert values[0] == 1.0 and math.isnan(values[1]) and values[2:] == [3.0, 2.0]
+    assert results[-1].alerts == [
+        "reward 'picky' raised on 1 of 4 completions, scored alone: NaN for them, the rest of its batch "
+        "stands (row 1: ValueError: cannot read 'boom')"
+    ]
+    assert results[-1].errors == {"picky": "ValueError: cannot read 'boom'"}
+    assert fusion.masked == []
+
+
+def test_a_function_that_raises_on_every_completion_alone_still_fails_its_batch():
+    sources = resolve_reward_sources([spec("flaky", "tests.rewards.pool_functions:flaky")])
+    fusion = RewardFusion(sources, max_consecutive_failures=2)
+    batch = RewardBatch.from_groups([{"prompt": "p"}], ["a", "b"], [1, 1], 2)
+    with RewardExecutor(num_workers=0, default_timeout_s=0) as executor:
+        results = [score_and_fuse(executor, fusion, batch) for _ in range(2)]
+    assert results[0].errors == {"flaky": "ValueError: flaky"} and fusion.masked == ["flaky"]
 
 
 # ---- failure isolation -------------------------------------------------------------------------

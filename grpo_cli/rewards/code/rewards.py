@@ -154,7 +154,10 @@ def _style_score(prompt: Any, completion: str, entry_point: str | None, max_line
     lines[-1] = lines[-1].rstrip("\n") + "\n"  # a missing final newline is the harness's, not a fault
     options = _style_options(max_line_length)
     report = _ErrorLines(options)
-    pycodestyle.Checker(lines=lines, options=options, report=report).check_all()
+    try:
+        pycodestyle.Checker(lines=lines, options=options, report=report).check_all()
+    except Exception:  # pycodestyle's own crash (IndexError on a lone string prefix such as `B #x`)
+        return 0.0  # no style credit for what the checker cannot read, as for text that is not Python
     errors = sum(1 for line in report.lines if line >= first_own)
     return max(0.0, 1.0 - errors / len(own_lines))
 

@@ -258,6 +258,13 @@ def test_code_style_counts_errors_per_completion_line() -> None:
     assert code_style([prompt], [long_line], entry_point=["f"], max_line_length=120) == [1.0]
 
 
+def test_code_style_scores_zero_where_pycodestyle_cannot_read_the_program() -> None:
+    """Issue 21 item 3: a first statement that is a lone string-prefix letter compiles, and
+    pycodestyle raises IndexError on it; that cost the whole batch its code_style scores."""
+    completions = ["B #x\n", "b\n", "u #\n", "x = 1\n"]
+    assert code_style(["q"] * 4, completions) == [0.0, 0.0, 0.0, 1.0]
+
+
 def test_code_similarity_penalises_overlap_with_the_reference_above_the_threshold() -> None:
     prompt = "def f(x):\n"
     reference = "def f(x):\n    y = x * 2\n    return y\n"
