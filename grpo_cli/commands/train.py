@@ -69,8 +69,8 @@ def last_eval(history: list[dict]) -> dict[str, float]:
 
 
 def run_train(cfg: TrainConfig, run_dir: Path) -> float:
-    """The task function: returns `sweep.objective` from the summary (last-10-steps mean reward by
-    default), the figure sweepers optimise. With distributed.num_processes > 1 it launches the
+    """The task function: returns `sweep.objective` from the summary (by default the last 10 steps'
+    mean raw reward, reward/raw_mean), the figure sweepers optimise. With distributed.num_processes > 1 it launches the
     workers and returns theirs; inside a launch, this process trains its share."""
     if cfg.debug.smoke:
         apply_smoke(cfg)
@@ -146,8 +146,10 @@ def run_train(cfg: TrainConfig, run_dir: Path) -> float:
     summary = {
         "steps": trainer.step_index,
         "wall_s": time.perf_counter() - start,
-        "reward_first10": _mean(history[:10], "reward/mean"),
-        "reward_last10": _mean(history[-10:], "reward/mean"),
+        # the raw reward (reward/raw_mean), not the fused one: a zscore or normalize_then_sum fusion
+        # centres every batch near 0, and the default sweep objective would say nothing
+        "reward_first10": _mean(history[:10], "reward/raw_mean"),
+        "reward_last10": _mean(history[-10:], "reward/raw_mean"),
         **{  # each reward function's raw mean over the last 10 steps, e.g. last10/exact_match
             f"last10/{name}": _mean(history[-10:], f"reward/{name}/mean")
             for name in reward_function_names(history[-1] if history else {})

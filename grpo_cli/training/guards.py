@@ -1,7 +1,8 @@
 """Stability guards (DESIGN.md §3, seed 001): notice a run going unstable and warn, pause or stop.
 
 Two signals, both read after a step's update:
-- the batch reward's coefficient of variation, std / |mean|, above `guard.reward_cv_threshold` for
+- the batch raw reward's (training.metrics.raw_rewards: a normalised fused reward's mean is near 0
+  by construction) coefficient of variation, std / |mean|, above `guard.reward_cv_threshold` for
   `guard.patience` batches in a row. Where |mean| < `guard.min_abs_mean` the CV is undefined (a
   sparse reward early in a run sits near 0): such a batch neither extends nor resets the streak.
 - steps whose every optimizer update was non-finite (skipped): after `guard.max_skipped_steps` in a

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from grpo_cli.core.advantages import AdvantageStats
@@ -12,9 +13,28 @@ from grpo_cli.rollout import Rollout
 from grpo_cli.stats import nan_fraction, nanmean, nanstd
 
 
+def raw_rewards(fusion: FusionResult) -> list[float]:
+    """Each completion's raw reward: the weighted mean of its functions' raw values under the
+    effective weights (Σ_valid w_i r_i / Σ_valid w_i; NaN where no function scored it).
+
+    The fused reward is for the advantages: under `zscore` or `normalize_then_sum` its batch mean is
+    near 0 by construction and its spread is the normaliser's, so it says nothing about progress.
+    The adaptive clip, the stability guard and the sweep objective read this one instead.
+    """
+    weights = {name: w for name, w in fusion.effective_weights.items() if w > 0}
+    out = []
+    for j in range(len(fusion.fused)):
+        valid = [(w, fusion.per_function[name][j]) for name, w in weights.items()]
+        valid = [(w, v) for w, v in valid if not math.isnan(v)]
+        total = sum(w for w, _ in valid)
+        out.append(sum(w * v for w, v in valid) / total if valid else math.nan)
+    return out
+
+
 def step_metrics(
     step: int,
     fusion: FusionResult,
+    raw: list[float],
     adv_stats: AdvantageStats,
     update: UpdateStats,
     rollout: Rollout,
@@ -29,6 +49,9 @@ def step_metrics(
         "step": step,
         "reward/mean": nanmean(fusion.fused),
         "reward/std": nanstd(fusion.fused),
+        # the raw reward (raw_rewards): what the adaptive clip, the guard and the sweep objective read
+        "reward/raw_mean": nanmean(raw),
+        "reward/raw_std": nanstd(raw),
         **{f"reward/{name}/mean": nanmean(values) for name, values in fusion.per_function.items()},
         **{f"reward/{name}/nan_frac": nan_fraction(values) for name, values in fusion.per_function.items()},
         # which completions each function could not score (row = prompt·G + k), for tracing a failure

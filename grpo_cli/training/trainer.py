@@ -44,7 +44,7 @@ from grpo_cli.training.curriculum import RewardCurriculum
 from grpo_cli.training.distributed import World, check_divisible, data_parallel_model
 from grpo_cli.training.guards import GuardVerdict, StabilityGuard, TrainingHalted
 from grpo_cli.training.interrupt import DeferredInterrupt
-from grpo_cli.training.metrics import nan_rate_alerts, step_metrics, step_samples
+from grpo_cli.training.metrics import nan_rate_alerts, raw_rewards, step_metrics, step_samples
 from grpo_cli.training.pipeline import evaluate_greedy, generate_groups, score_rollout
 from grpo_cli.training.resume import check_resume
 from grpo_cli.training.state import RngState, TrainState, seed_everything
@@ -179,6 +179,7 @@ class GRPOTrainer:
         combine = world.gather_scores if world.size > 1 else None  # fuse the global batch's scores
         fusion = score_rollout(examples, rollout, self.reward_executor, self.reward_fusion, weights, combine=combine)
         rewards = torch.tensor(fusion.fused, dtype=torch.float32)
+        raw = raw_rewards(fusion)  # progress in the rewards' own units, for the clip, the guard and the metrics
         advantages, adv_stats = group_advantages(rewards, g, cfg.algo.scale_rewards)
         t_score = time.perf_counter()
 
@@ -188,7 +189,7 @@ class GRPOTrainer:
         if cfg.algo.mask_truncated:  # DAPO overlong filtering: truncated answers teach nothing
             loss_mask = loss_mask * (~rollout.truncated).float().unsqueeze(1)
         lr = self.scheduler.get_last_lr()[0]
-        epsilons = self.clip.epsilons(nanmean(fusion.fused))  # adaptive clipping: this batch against the last ones
+        epsilons = self.clip.epsilons(nanmean(raw))  # adaptive clipping: this batch against the last ones
         update = policy_update(
             self.train_model,
             self.optimizer,
@@ -211,7 +212,7 @@ class GRPOTrainer:
         self.interrupts.arm()  # even when every update was skipped: the step's outcome is final now
 
         # Stability guards: warn now; pause or stop once the step is finished and saved.
-        verdicts = self.guard.observe(fusion.fused, update.optimizer_steps, update.skipped_updates)
+        verdicts = self.guard.observe(raw, update.optimizer_steps, update.skipped_updates)
         self.halt = next((v for v in verdicts if v.action in ("pause", "stop")), None)
 
         self.step_index += 1
@@ -220,6 +221,7 @@ class GRPOTrainer:
         metrics = step_metrics(
             self.step_index,
             fusion,
+            raw,
             adv_stats,
             update,
             rollout,
@@ -229,7 +231,7 @@ class GRPOTrainer:
             peak_memory_mib(self.device),
         )
         metrics.update({"clip/epsilon_low": epsilons[0], "clip/epsilon_high": epsilons[1]})
-        metrics.update(self.guard.metrics(fusion.fused))
+        metrics.update(self.guard.metrics(raw))
         samples = step_samples(batch, rollout, fusion, advantages.tolist(), 2 * g)
         alerts = [*fusion.alerts, *(f"guard ({v.action}): {v.reason}" for v in verdicts)]
         alerts += nan_rate_alerts(fusion, cfg.monitor.nan_alert)
