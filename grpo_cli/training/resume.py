@@ -14,6 +14,7 @@ from grpo_cli.errors import GrpoError
 
 # Keys a resumed run may change freely: how long it runs, what it logs and saves, where and how
 # fast it computes. Anything else (G, lr, model, rewards, algorithm...) changes what is learnt.
+# train.steps only while no schedule is a function of it (steps_schedules).
 RESUMABLE_CHANGES = (
     "train.steps",
     "train.save_every",
@@ -47,10 +48,32 @@ def config_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     ]
 
 
+def steps_schedules(config: dict[str, Any]) -> list[str]:
+    """The settings of `config` whose schedule runs on progress = step / train.steps, as key=value.
+
+    Changing train.steps on resume moves such a run within them: a three_phase run at step 200 of
+    300 resumed with 600 steps goes back to phase 1, and a cosine lr jumps back up. A constant lr
+    (after warmup) and a constant curriculum do not depend on it: a run may simply go on longer.
+
+    >>> steps_schedules({"optim": {"scheduler": "cosine"}, "curriculum": {"name": "constant"}})
+    ['optim.scheduler=cosine']
+    """
+    flat = flatten(config)
+    keys = ("optim.scheduler", "curriculum.name")
+    return [f"{key}={flat[key]}" for key in keys if flat[key] != "constant"]
+
+
 def check_resume_config(saved: dict[str, Any], current: dict[str, Any], checkpoint: str, allow: bool) -> list[str]:
     """Raise on changes that alter the maths unless `allow`; return every change, to be logged."""
     changes = config_changes(saved, current)
     blocking = [c for c in changes if not c.split(":", 1)[0].startswith(RESUMABLE_CHANGES)]
+    schedules = steps_schedules(current)
+    if schedules:
+        blocking += [
+            f"{c} (the length of {', '.join(schedules)}: progress is step / train.steps)"
+            for c in changes
+            if c.startswith("train.steps:")
+        ]
     if blocking and not allow:
         raise GrpoError(
             f"resuming from {checkpoint} with a different config: {'; '.join(blocking)}. These change the "
