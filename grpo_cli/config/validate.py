@@ -377,11 +377,17 @@ def validate(cfg: TrainConfig) -> list[str]:
         )
     _check_adaptive_clip(cfg)
     _check_lora(cfg.model)
-    if cfg.algo.mini_batches > cfg.train.prompts_per_step:
+    # Each process splits its own share of the groups: 4 prompts over 2 processes leave 2 per process
+    # (a share that does not divide evenly is refused by training.distributed.check_divisible).
+    processes = cfg.distributed.num_processes
+    share = cfg.train.prompts_per_step // processes if cfg.train.prompts_per_step % processes == 0 else None
+    if share is not None and cfg.algo.mini_batches > share:
+        per_process = "" if processes == 1 else f" / distributed.num_processes={processes} = {share} per process"
         _fail(
             "algo.mini_batches",
             cfg.algo.mini_batches,
-            "cannot exceed train.prompts_per_step (mini-batches hold whole groups)",
+            f"cannot exceed the prompts each process holds per step (train.prompts_per_step="
+            f"{cfg.train.prompts_per_step}{per_process}): mini-batches hold whole groups",
         )
     for i, tracker in enumerate(cfg.monitor.trackers):
         _check_choice(f"monitor.trackers[{i}]", tracker, TRACKERS)
@@ -445,4 +451,4 @@ def apply_smoke(cfg: TrainConfig) -> None:
     cfg.rollout.max_new_tokens = d.max_new_tokens
     cfg.data.max_examples = d.max_examples
     cfg.data.max_prompt_tokens = min(cfg.data.max_prompt_tokens, 128)
-    cfg.algo.mini_batches = min(cfg.algo.mini_batches, d.prompts_per_step)
+    cfg.algo.mini_batches = min(cfg.algo.mini_batches, max(1, d.prompts_per_step // cfg.distributed.num_processes))

@@ -257,3 +257,18 @@ def test_check_key_refuses_typos_under_list_indices(typo: str, meant: str) -> No
 def test_check_key_explains_a_wrong_shape(key: str, why: str) -> None:
     with pytest.raises(GrpoError, match=re.escape(why)):
         check_key(key)
+
+
+@pytest.mark.parametrize(
+    ("processes", "mini_batches", "refused"), [(2, 4, True), (2, 3, True), (2, 2, False), (1, 4, False)]
+)
+def test_mini_batches_are_checked_against_each_processs_share(processes: int, mini_batches: int, refused: bool) -> None:
+    """4 prompts over 2 processes leave each 2 groups to split: 4 mini-batches used to pass here
+    and fail in every process after its first rollout (issue 21 item 11)."""
+    cfg = valid_config(**{"train.prompts_per_step": 4, "distributed.num_processes": processes})
+    cfg.algo.mini_batches = mini_batches
+    if not refused:
+        assert validate(cfg) == []
+        return
+    with pytest.raises(GrpoError, match=r"algo.mini_batches=\d.*prompts_per_step=4 / distributed.num_processes=2 = 2"):
+        validate(cfg)
