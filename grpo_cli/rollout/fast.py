@@ -28,6 +28,7 @@ from transformers.generation.logits_process import (
 )
 
 from grpo_cli.config.schema import RolloutConfig
+from grpo_cli.errors import GrpoError
 from grpo_cli.rollout.base import Rollout, finish_rollout
 from grpo_cli.rollout.hf import eos_token_ids
 
@@ -47,15 +48,24 @@ def warpers(cfg: RolloutConfig) -> LogitsProcessorList:
 
 def sample_categorical(probs: torch.Tensor) -> torch.Tensor:
     """One draw per row from `probs` [rows, V] by inverting the cumulative distribution: one uniform
-    number per row, where `torch.multinomial` costs 7x (259 tokens) to 8x (150k) more on CPU. Exact
-    in distribution; a token of probability 0 (cut by top-k or top-p) is never drawn.
+    number per row, where `torch.multinomial` costs 8x more at 259 tokens on CPU and 2x at 150k.
+
+    The CDF and the uniform are float64: in float32 both have 24 bits, so past a token of mass ~1
+    every token under ~3e-8 gets an interval no uniform can hit and is never drawn (130k of 152k in
+    a peaked distribution), and the rest are off by 1e-3 in total variation. In float64 that limit
+    is ~1e-16. A token of probability 0 (cut by top-k or top-p) is never drawn.
 
     >>> sample_categorical(torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])).tolist()
     [1, 2]
     """
-    cdf = probs.cumsum(-1)
-    target = torch.rand(probs.size(0), 1, dtype=cdf.dtype, device=cdf.device) * cdf[:, -1:]
-    return torch.searchsorted(cdf, target, right=True).clamp_(max=probs.size(-1) - 1).squeeze(1)
+    if probs.device.type == "mps":  # no float64 there: the draw is cheap next to the forward anyway
+        return sample_categorical(probs.cpu()).to(probs.device)
+    cdf = probs.cumsum(-1, dtype=torch.float64)
+    total = cdf[:, -1:]
+    target = torch.rand(probs.size(0), 1, dtype=torch.float64, device=cdf.device) * total
+    # u * total may round up to total: below it, the draw lands on a token with mass, never a cut one
+    target = torch.minimum(target, torch.nextafter(total, torch.zeros_like(total)))
+    return torch.searchsorted(cdf, target, right=True).squeeze(1)
 
 
 def cache_argument(model: PreTrainedModel) -> str:
@@ -114,10 +124,22 @@ class FastGenerator:
             num_generations,
         )
 
-    def _next_token(self, logits: torch.Tensor, greedy: bool) -> torch.Tensor:
-        if greedy:
-            return logits.argmax(-1)
-        return sample_categorical(self.warpers(None, logits).softmax(-1))
+    def _next_token(self, logits: torch.Tensor, greedy: bool, step: int, rows: torch.Tensor, g: int) -> torch.Tensor:
+        """The next token of each running row (`rows`: their indices in the batch of completions).
+
+        NaN logits (diverged weights) would otherwise be drawn silently (argmax picks the NaN, the
+        CDF lands past the last id) and training would go on from nonsense."""
+        scores = logits if greedy else self.warpers(None, logits).softmax(-1)
+        broken = scores.isnan().any(-1)
+        if broken.any():
+            row = int(rows[broken.nonzero()[0, 0]])
+            what = "logits" if greedy else "probabilities"
+            raise GrpoError(
+                f"NaN next-token {what} at token {step + 1} of completion row {row} (prompt {row // g} of the "
+                f"batch, generation {row % g + 1} of {g}); {int(broken.sum())} of {rows.numel()} rows: the model's "
+                "logits are NaN or +inf, i.e. its weights or activations diverged (a lower optim.lr, or precision=fp32)"
+            )
+        return scores.argmax(-1) if greedy else sample_categorical(scores)
 
     def sample(
         self,
@@ -152,7 +174,7 @@ class FastGenerator:
             scores = logits
             if step < self.min_new_tokens:  # as generate's MinNewTokensLengthLogitsProcessor
                 scores = logits.index_fill(1, eos, -math.inf)
-            token = self._next_token(scores, greedy)
+            token = self._next_token(scores, greedy, step, running, g)
             tokens[running, step] = token
             if logprobs is not None:
                 scored = (logits / self.temperature).log_softmax(-1)
