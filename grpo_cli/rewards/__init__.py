@@ -10,6 +10,7 @@ from grpo_cli.rewards.builtin import BUILTIN_REWARDS
 from grpo_cli.rewards.executor import BatchScores, RewardExecutor
 from grpo_cli.rewards.fusion import FusionResult, RewardFusion, fuse_rewards, score_and_fuse
 from grpo_cli.rewards.reward_model import RewardModelScorer
+from grpo_cli.rewards.rows import RowScores, score_each
 from grpo_cli.rewards.sources import (
     RewardSource,
     check_columns,
@@ -28,10 +29,12 @@ __all__ = [
     "RewardFusion",
     "RewardModelScorer",
     "RewardSource",
+    "RowScores",
     "check_columns",
     "fuse_rewards",
     "required_columns",
     "resolve_reward_sources",
     "reward_diagnostics",
+    "score_each",
     "score_and_fuse",
 ]

@@ -27,7 +27,8 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
-from grpo_cli.rewards.sources import RewardSource
+from grpo_cli.rewards.rows import RowScores, describe
+from grpo_cli.rewards.sources import RewardSource, required_columns
 
 POOL_START_TIMEOUT_S = 120.0  # spawning workers and importing reward modules; not counted in a call's timeout
 CLOSE_GRACE_S = 5.0  # close() lets idle workers exit this long before terminating them
@@ -40,12 +41,13 @@ class BatchScores:
     values: list[float]
     error: str | None = None  # "ValueError: flaky", "timed out after 2.0s", ...: the whole batch failed
     elapsed_s: float = 0.0
-    row_errors: dict[int, str] = field(default_factory=dict)  # rows that raised when scored alone: NaN there only
+    row_errors: dict[int, str] = field(default_factory=dict)  # rows `score_each` caught raising: NaN there only
+    missing: dict[str, list[int]] = field(default_factory=dict)  # column -> rows without a value: not judged, NaN
 
-
-def _describe(err: BaseException) -> str:
-    text = str(err)
-    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+    def judged(self) -> list[float]:
+        """The values of the rows the function was given (a row missing a column it needs was not)."""
+        skipped = {i for rows in self.missing.values() for i in rows}
+        return [v for i, v in enumerate(self.values) if i not in skipped]
 
 
 def _as_float(value: Any) -> float:
@@ -74,48 +76,50 @@ def evaluate_source(
     [1.0, nan, nan]
     >>> evaluate_source(lambda p, c, **_: [1.0], {}, ["q"] * 2, ["a", "b"], {}).error
     'returned 1 values for 2 completions'
+
+    A row without a value (None) in a column the function needs is not passed to it: scored
+    against None, `exact_match` would compare with the string "None". (The start-up check,
+    `check_columns`, makes sure the data has the column at all.)
+
+    >>> def exact(prompts, completions, answer, **_): return [float(c == a) for c, a in zip(completions, answer)]
+    >>> scores = evaluate_source(exact, {}, ["q"] * 3, ["1", "None", "2"], {"answer": ["1", None, "3"]})
+    >>> scores.values, scores.missing
+    ([1.0, nan, 0.0], {'answer': [1]})
     """
     n = len(completions)
+    needed = [c for c in required_columns(fn) if c not in kwargs]  # absent from every row of this batch: all miss it
+    missing = {
+        c: rows for c in needed if (rows := [i for i, v in enumerate(columns.get(c) or [None] * n) if v is None])
+    }
+    if missing:
+        skipped = {i for rows in missing.values() for i in rows}
+        keep = [i for i in range(n) if i not in skipped]
+        part = BatchScores([], None)
+        if keep:
+            part_columns = {k: [v[i] for i in keep] for k, v in columns.items()}
+            part = evaluate_source(fn, kwargs, [prompts[i] for i in keep], [completions[i] for i in keep], part_columns)
+        values = [math.nan] * n
+        for i, value in zip(keep, part.values):
+            values[i] = value
+        row_errors = {keep[j]: error for j, error in part.row_errors.items()}
+        return BatchScores(values, part.error, part.elapsed_s, row_errors, missing)
     start = time.perf_counter()
     try:
-        return BatchScores(_call(fn, kwargs, prompts, completions, columns), None, time.perf_counter() - start)
-    except _Malformed as err:  # the function's own bug, whatever the completions: no row is retried
-        return BatchScores([math.nan] * n, str(err), time.perf_counter() - start)
-    except Exception as err:  # a failing user function must not stop training: at worst its batch scores NaN
-        error = _describe(err)
-    # One completion can break a scorer for the whole batch (pycodestyle's IndexError on `B #x`):
-    # each is scored alone, so it costs that completion, never the other 127.
-    if n < 2:
-        return BatchScores([math.nan] * n, error, time.perf_counter() - start)
-    values, row_errors = [math.nan] * n, {}
-    for i in range(n):
-        try:
-            values[i] = _call(fn, kwargs, [prompts[i]], [completions[i]], {k: [v[i]] for k, v in columns.items()})[0]
-        except Exception as err:
-            row_errors[i] = str(err) if isinstance(err, _Malformed) else _describe(err)
-    if len(row_errors) < n:
-        return BatchScores(values, None, time.perf_counter() - start, row_errors)
-    return BatchScores(values, error, time.perf_counter() - start)  # it fails alone too: the function's failure
-
-
-class _Malformed(Exception):
-    """A result that breaks the contract (not a list, a wrong length)."""
-
-
-def _call(
-    fn: Callable[..., Any], kwargs: dict[str, Any], prompts: list[Any], completions: list[Any], columns: dict[str, Any]
-) -> list[float]:
-    # kwargs come last and win: a configured value may stand in for (or override) a column.
-    raw = fn(prompts, completions, **{**columns, **kwargs})
+        # kwargs come last and win: a configured value may stand in for (or override) a column.
+        raw = fn(prompts, completions, **{**columns, **kwargs})
+    except Exception as err:  # a failing user function must not stop training: its batch scores NaN
+        return BatchScores([math.nan] * n, describe(err), time.perf_counter() - start)
+    elapsed = time.perf_counter() - start
     if raw is None:
-        raise _Malformed("returned None instead of a list")
+        return BatchScores([math.nan] * n, "returned None instead of a list", elapsed)
     try:
         length = len(raw)
     except TypeError:
-        raise _Malformed(f"returned {type(raw).__name__}, not a list") from None
-    if length != len(completions):
-        raise _Malformed(f"returned {length} values for {len(completions)} completions")
-    return [_as_float(v) for v in raw]
+        return BatchScores([math.nan] * n, f"returned {type(raw).__name__}, not a list", elapsed)
+    if length != n:
+        return BatchScores([math.nan] * n, f"returned {length} values for {n} completions", elapsed)
+    row_errors = dict(raw.row_errors) if isinstance(raw, RowScores) else {}  # `score_each` isolated them
+    return BatchScores([_as_float(v) for v in raw], None, elapsed, row_errors)
 
 
 def _init_worker(modules: list[str], barrier: Any) -> None:
@@ -275,7 +279,7 @@ class RewardExecutor:
         except BrokenProcessPool:
             return BatchScores([math.nan] * n, "worker process died (the pool is rebuilt for the next batch)")
         except Exception as err:  # unpicklable arguments or results land here
-            return BatchScores([math.nan] * n, _describe(err))
+            return BatchScores([math.nan] * n, describe(err))
 
     def _ensure_pool(self, sources: list[RewardSource]) -> str | None:
         """Start the pool if there is none and wait until every worker is up; an error text if not."""
@@ -301,7 +305,7 @@ class RewardExecutor:
                 future.result(timeout=POOL_START_TIMEOUT_S)
         except Exception as err:  # BrokenBarrierError, BrokenProcessPool, TimeoutError
             self._stop_pool(grace_s=0.0)
-            return f"worker pool failed to start: {_describe(err)}"
+            return f"worker pool failed to start: {describe(err)}"
         return None
 
     def _stop_pool(self, grace_s: float) -> None:

@@ -36,7 +36,7 @@ class FusionResult:
     errors: dict[str, str | None]  # this batch's error; for a masked function the one that masked it
     unscorable_indices: list[int]
     masked: list[str]
-    alerts: list[str]  # this batch's masking alerts, and completions a function raised on alone
+    alerts: list[str]  # this batch's masking alerts, completions a function raised on, rows missing a column
     effective_weights: dict[str, float]  # after masking and fallbacks
     weight_effect: dict[str, float]  # share of Var(R) each function drives; sums to 1
     contributions: dict[str, list[float]]  # x_i per sample: Σ_i x_i = R (0 where i did not score)
@@ -80,7 +80,7 @@ def group_zscores(values: list[float], group_size: int) -> list[float]:
 
 
 def _first_error(scores: BatchScores) -> str | None:
-    """The batch's error, else the first completion's the function raised on alone."""
+    """The batch's error, else the first error of a completion the function raised on."""
     return scores.error or next(iter(scores.row_errors.values()), None)
 
 
@@ -141,7 +141,8 @@ class RewardFusion:
     # ---- failures ----------------------------------------------------------------------
     def _record(self, name: str, batch: BatchScores) -> str | None:
         """Count a failed batch (raised, or nothing valid); return an alert if this one masks it."""
-        failed = batch.error is not None or (len(batch.values) > 0 and not finite(batch.values))
+        judged = batch.judged()  # rows missing a column it needs are the data's gap, not its failure
+        failed = batch.error is not None or (len(judged) > 0 and not finite(judged))
         if not failed:
             self._failures[name] = 0
             return None
@@ -219,11 +220,17 @@ class RewardFusion:
                     log.warning(alert)
                     alerts.append(alert)
         for name, scored in batches.items():
+            for column, rows in scored.missing.items():
+                if name not in self.masked:
+                    alerts.append(
+                        f"reward '{name}': {len(rows)} of {n} completions have no '{column}' in their data row "
+                        "(missing or null): NaN for them"
+                    )
             if scored.row_errors and name not in self.masked:
                 row, error = next(iter(scored.row_errors.items()))
                 alerts.append(
-                    f"reward '{name}' raised on {len(scored.row_errors)} of {n} completions, scored alone: "
-                    f"NaN for them, the rest of its batch stands (row {row}: {error})"
+                    f"reward '{name}' raised on {len(scored.row_errors)} of {n} completions: NaN for them, "
+                    f"the rest of its batch stands (row {row}: {error})"
                 )
         effective = self.effective_weights(weights)
 

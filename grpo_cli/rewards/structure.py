@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from grpo_cli.rewards.rows import score_each
+
 TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 THINK_THEN_ANSWER = re.compile(r"\s*<think>.*?</think>\s*<answer>(.*?)</answer>\s*", re.DOTALL)
 CHARS_PER_TOKEN = 4  # rough English average, used only when the trainer passes no token counts
@@ -17,7 +19,7 @@ def _well_formed(text: str) -> bool:
     return match is not None and bool(match.group(1).strip())
 
 
-def think_answer_format(prompts: list[Any], completions: list[str], **_: Any) -> list[float]:
+def think_answer_format(prompts: list[Any], completions: list[str], **_: Any) -> list[float | None]:
     """1.0 when the completion is exactly `<think>...</think><answer>...</answer>`, else 0.0.
 
     Strict (DESIGN.md §3, seed 004): each tag exactly once, closed, think before answer, only
@@ -31,7 +33,7 @@ def think_answer_format(prompts: list[Any], completions: list[str], **_: Any) ->
     ...     "<answer>12</answer><think>3 rows of 4</think>"])
     [1.0, 0.0, 0.0]
     """
-    return [float(_well_formed(c)) for c in completions]
+    return score_each(lambda c: float(_well_formed(c)), completions)
 
 
 def overlong(
@@ -42,7 +44,7 @@ def overlong(
     max_length: int,
     buffer: int,
     **_: Any,
-) -> list[float]:
+) -> list[float | None]:
     """DAPO's soft overlong penalty: 0 up to max_length - buffer, then down linearly to -1.
 
     With L the completion's length in tokens (DAPO, Yu et al. 2025, arXiv 2503.14476):
@@ -62,20 +64,18 @@ def overlong(
     if completion_lengths is None:
         completion_lengths = [len(c) / CHARS_PER_TOKEN for c in completions]
     soft_limit = max_length - buffer
-    scores = []
-    for length in completion_lengths:
+
+    def penalty(length: float) -> float:
         if length <= soft_limit:
-            scores.append(0.0)
-        elif length <= max_length:
-            scores.append((soft_limit - length) / buffer)
-        else:
-            scores.append(-1.0)
-    return scores
+            return 0.0
+        return (soft_limit - length) / buffer if length <= max_length else -1.0
+
+    return score_each(penalty, completion_lengths)
 
 
 def repetition(
     prompts: list[Any], completions: list[str], *, ngram_size: int = 3, max_penalty: float = -1.0, **_: Any
-) -> list[float]:
+) -> list[float | None]:
     """Penalty for repeated word n-grams: max_penalty times the share of n-grams that repeat.
 
     As open-r1's repetition penalty (Yeo et al. 2025, arXiv 2502.03373, app. C.2): words are the lower-cased,
@@ -91,13 +91,13 @@ def repetition(
         raise ValueError(f"repetition: max_penalty must be <= 0, got {max_penalty}")
     if ngram_size < 1:
         raise ValueError(f"repetition: ngram_size must be >= 1, got {ngram_size}")
-    scores = []
-    for completion in completions:
+
+    def penalty(completion: str) -> float:
         words = completion.lower().split()
         if len(words) < ngram_size:
-            scores.append(0.0)
-            continue
+            return 0.0
         ngrams = [tuple(words[i : i + ngram_size]) for i in range(len(words) - ngram_size + 1)]
         repeated_share = 1 - len(set(ngrams)) / len(ngrams)
-        scores.append(max_penalty * repeated_share if repeated_share else 0.0)
-    return scores
+        return max_penalty * repeated_share if repeated_share else 0.0
+
+    return score_each(penalty, completions)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import time
 
+from grpo_cli.rewards import score_each
+
 
 def length(prompts, completions, **_):
     return [float(len(c)) for c in completions]
@@ -37,8 +39,11 @@ def crash(prompts, completions, **_):
 
 
 def picky(prompts, completions, **_):
-    """Scores a batch, except that one completion breaks it (as `B #x` broke pycodestyle)."""
-    for c in completions:
-        if c == "boom":
-            raise ValueError(f"cannot read {c!r}")
-    return [float(len(c)) for c in completions]
+    """One completion breaks its scorer (as `B #x` broke pycodestyle); `score_each` isolates it."""
+
+    def score(completion):
+        if completion == "boom":
+            raise ValueError(f"cannot read {completion!r}")
+        return float(len(completion))
+
+    return score_each(score, completions)

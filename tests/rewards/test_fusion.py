@@ -128,8 +128,9 @@ def test_raising_function_scores_nan_for_its_batch_only():
 
 def test_a_completion_that_breaks_a_function_costs_that_completion_not_the_batch():
     """Issue 21 item 3: one completion's exception made the whole batch NaN (128 scores for one
-    pycodestyle crash). Each is scored alone after a raise: NaN there, an alert with the count,
-    and not a failed batch, so three such batches do not mask the function."""
+    pycodestyle crash). A function that scores each completion with `score_each` loses that one:
+    NaN there, an alert with the count and the error, and not a failed batch, so three such
+    batches do not mask it."""
     sources = resolve_reward_sources([spec("picky", "tests.rewards.pool_functions:picky")], sandbox=SandboxConfig())
     fusion = RewardFusion(sources, max_consecutive_failures=3)
     completions = ["a", "boom", "ccc", "dd"]
@@ -139,20 +140,31 @@ def test_a_completion_that_breaks_a_function_costs_that_completion_not_the_batch
     values = results[-1].per_function["picky"]
     assert values[0] == 1.0 and math.isnan(values[1]) and values[2:] == [3.0, 2.0]
     assert results[-1].alerts == [
-        "reward 'picky' raised on 1 of 4 completions, scored alone: NaN for them, the rest of its batch "
-        "stands (row 1: ValueError: cannot read 'boom')"
+        "reward 'picky' raised on 1 of 4 completions: NaN for them, the rest of its batch stands "
+        "(row 1: ValueError: cannot read 'boom')"
     ]
     assert results[-1].errors == {"picky": "ValueError: cannot read 'boom'"}
     assert fusion.masked == []
 
 
-def test_a_function_that_raises_on_every_completion_alone_still_fails_its_batch():
-    sources = resolve_reward_sources([spec("flaky", "tests.rewards.pool_functions:flaky")])
-    fusion = RewardFusion(sources, max_consecutive_failures=2)
-    batch = RewardBatch.from_groups([{"prompt": "p"}], ["a", "b"], [1, 1], 2)
+def test_a_row_missing_a_column_a_function_needs_scores_nan_there_with_a_count_in_the_alert():
+    """Issue 21 item 4: rows differ in their columns; the one without `answer` was scored against
+    the string "None" (a completion "None" matched it), and the alert said nothing."""
+    sources = resolve_reward_sources([spec("em", "exact_match"), spec("len", "tests.rewards.pool_functions:length")])
+    fusion = RewardFusion(sources, max_consecutive_failures=1)
+    rows = [{"prompt": "1+1=", "answer": "2"}, {"prompt": "2+2="}]
+    batch = RewardBatch.from_groups(rows, ["2", "3", "None", "4"], [1] * 4, 2)
     with RewardExecutor(num_workers=0, default_timeout_s=0) as executor:
-        results = [score_and_fuse(executor, fusion, batch) for _ in range(2)]
-    assert results[0].errors == {"flaky": "ValueError: flaky"} and fusion.masked == ["flaky"]
+        result = score_and_fuse(executor, fusion, batch)
+        em = result.per_function["em"]
+        assert em[:2] == [1.0, 0.0] and math.isnan(em[2]) and math.isnan(em[3])
+        assert result.per_function["len"] == [1.0, 1.0, 4.0, 1.0]  # a function that needs no answer scores them
+        assert result.alerts == [
+            "reward 'em': 2 of 4 completions have no 'answer' in their data row (missing or null): NaN for them"
+        ]
+        # a batch of rows that all lack it is the data's gap, not a failure of the function: never masked
+        lacking = RewardBatch.from_groups([{"prompt": "2+2="}], ["4", "None"], [1] * 2, 2)
+        assert score_and_fuse(executor, fusion, lacking).masked == []
 
 
 # ---- failure isolation -------------------------------------------------------------------------

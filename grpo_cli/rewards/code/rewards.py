@@ -47,6 +47,7 @@ from grpo_cli.rewards.code.tasks import (
     strip_fences,
     test_setup,
 )
+from grpo_cli.rewards.rows import score_each
 
 BATCH_TIMEOUT_S = 50.0  # a batch's wall clock for code_tests; below the executor's 60 s default watchdog
 TOKEN = re.compile(r"[A-Za-z_]\w*|\d+(?:\.\d+)?|\S")  # identifiers, numbers, single symbols
@@ -99,7 +100,7 @@ def _column(values: list[Any] | None, n: int) -> list[Any]:
 
 def code_compiles(
     prompts: list[Any], completions: list[str], entry_point: list[str | None] | None = None, **_: Any
-) -> list[float]:
+) -> list[float | None]:
     """1.0 when the program (prompt + completion when the completion is a function body) compiles.
 
     Nothing runs: `compile()` on the fence-stripped source, capped at 100k characters. An empty
@@ -109,10 +110,12 @@ def code_compiles(
     [1.0, 0.0, 0.0]
     """
     entry_point = _column(entry_point, len(completions))
-    return [
-        float(bool(strip_fences(c).strip()) and compiles(assemble_program(p, c, e)))
-        for p, c, e in zip(prompts, completions, entry_point)
-    ]
+    return score_each(
+        lambda p, c, e: float(bool(strip_fences(c).strip()) and compiles(assemble_program(p, c, e))),
+        prompts,
+        completions,
+        entry_point,
+    )
 
 
 class _ErrorLines:
@@ -169,7 +172,7 @@ def code_style(
     *,
     max_line_length: int = 79,
     **_: Any,
-) -> list[float]:
+) -> list[float | None]:
     """pycodestyle on the completion's lines: max(0, 1 - errors / non-blank lines).
 
     Checked in place (after the prompt for a body) so indentation is judged correctly, counting
@@ -181,7 +184,7 @@ def code_style(
     [0.0, 1.0]
     """
     entry_point = _column(entry_point, len(completions))
-    return [_style_score(p, c, e, max_line_length) for p, c, e in zip(prompts, completions, entry_point)]
+    return score_each(lambda p, c, e: _style_score(p, c, e, max_line_length), prompts, completions, entry_point)
 
 
 def _solution_tokens(text: str, prompt_lines: set[str]) -> list[str]:
@@ -220,7 +223,7 @@ def code_similarity(
     threshold: float = 0.8,
     ngram: int = 4,
     **_: Any,
-) -> list[float]:
+) -> list[float | None]:
     """Anti-copying penalty: 0 up to `threshold` overlap with the reference solution, then down
     linearly to -1 at a verbatim copy: -(overlap - threshold) / (1 - threshold).
 
@@ -233,11 +236,12 @@ def code_similarity(
     """
     if not 0 <= threshold < 1:
         raise ValueError(f"code_similarity: threshold must be in [0, 1), got {threshold}")
-    scores = []
-    for prompt, completion, ref in zip(prompts, completions, reference):
+
+    def penalty(prompt: Any, completion: str, ref: str | None) -> float:
         overlap = reference_overlap(prompt, completion, ref or "", ngram)
-        scores.append(0.0 if overlap <= threshold else -(overlap - threshold) / (1 - threshold))
-    return scores
+        return 0.0 if overlap <= threshold else -(overlap - threshold) / (1 - threshold)
+
+    return score_each(penalty, prompts, completions, reference)
 
 
 # ---- unit tests in the sandbox -----------------------------------------------------------
