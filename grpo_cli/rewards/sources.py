@@ -16,6 +16,7 @@ from typing import Any
 
 from grpo_cli.config.schema import NORMALIZATIONS, RewardFunctionConfig, SandboxConfig
 from grpo_cli.errors import GrpoError
+from grpo_cli.rewards.batch import COMPLETION_LENGTHS
 from grpo_cli.rewards.builtin import BUILTIN_REWARDS
 
 
@@ -92,14 +93,31 @@ def required_columns(fn: Callable[..., Any]) -> list[str]:
 
 
 def check_columns(sources: list[RewardSource], columns: list[str]) -> None:
-    """A reward that needs a column the data lacks would score NaN forever: refuse it now."""
+    """A reward that needs a column the data lacks, or cannot take a column the data has (no
+    `**kwargs` and no parameter of that name), would fail every batch: refuse it now, binding its
+    signature to exactly what the executor passes (the data's columns, `completion_lengths`, its
+    `kwargs`)."""
+    passed_columns = [*columns, COMPLETION_LENGTHS]  # token counts reach every reward, as a column
     for source in sources:
-        missing = [c for c in required_columns(source.fn) if c not in columns and c not in source.kwargs]
+        missing = [c for c in required_columns(source.fn) if c not in passed_columns and c not in source.kwargs]
         if missing:
             raise GrpoError(
                 f"reward '{source.name}' needs {missing}: give them as data columns (the data has "
                 f"{sorted(columns)}) or in its `kwargs`"
             )
+        try:
+            signature = inspect.signature(source.fn)
+        except (TypeError, ValueError):
+            continue  # builtins without an introspectable signature: trust them
+        passed = {**dict.fromkeys(passed_columns), **source.kwargs}
+        try:
+            signature.bind([], [], **passed)
+        except TypeError as err:
+            raise GrpoError(
+                f"reward '{source.name}' cannot take what every batch passes it ({err}): it is called as "
+                f"f(prompts, completions, **columns) with the data's columns {sorted(columns)}, "
+                f"'{COMPLETION_LENGTHS}' and its kwargs; add **kwargs (or **_) to its parameters"
+            ) from None
 
 
 def _validate(specs: list[RewardFunctionConfig]) -> None:

@@ -47,3 +47,18 @@ def picky(prompts, completions, **_):
         return float(len(completion))
 
     return score_each(score, completions)
+
+
+def answer_only(prompts, completions, answer):
+    """No **kwargs: cannot take the other columns every batch passes (completion_lengths, a, op, b)."""
+    return [float(c == a) for c, a in zip(completions, answer)]
+
+
+def needs_solution(prompts, completions, solution, **_):
+    """A named column the arithmetic data does not have."""
+    return [float(c == s) for c, s in zip(completions, solution)]
+
+
+def lengths_only(prompts, completions, completion_lengths, **_):
+    """Reads token counts as a named parameter without a default."""
+    return [float(n) for n in completion_lengths]
