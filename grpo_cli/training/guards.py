@@ -5,6 +5,9 @@ Two signals, both read after a step's update:
   by construction) coefficient of variation, std / |mean|, above `guard.reward_cv_threshold` for
   `guard.patience` batches in a row. Where |mean| < `guard.min_abs_mean` the CV is undefined (a
   sparse reward early in a run sits near 0): such a batch neither extends nor resets the streak.
+  One verdict per episode: the streak reaching `patience` opens an episode and acts once; the
+  episode lasts until a batch's CV is back at or under the threshold, so a noisy stretch of 40
+  steps is one alert, not one every `patience` steps (issue 21: 46 in the default run's 300).
 - steps whose every optimizer update was non-finite (skipped): after `guard.max_skipped_steps` in a
   row the run stops. Skipped updates never moved the weights, so the checkpoint written on the way
   out holds the last good weights.
@@ -36,6 +39,7 @@ class StabilityGuard:
     def __init__(self, cfg: GuardConfig) -> None:
         self.cfg = cfg
         self.cv_streak = 0
+        self.cv_episode = False  # the streak has reached patience and acted; no verdict until a stable batch
         self.skipped_streak = 0
 
     def reward_cv(self, rewards: list[float]) -> float | None:
@@ -52,8 +56,8 @@ class StabilityGuard:
         return nanstd(rewards) / abs(mean)
 
     def observe(self, rewards: list[float], applied_updates: int, skipped_updates: int) -> list[GuardVerdict]:
-        """Update the streaks with this step; the verdicts it triggers (a triggered streak restarts,
-        so a resumed run is not paused again by the batches that paused it)."""
+        """Update the streaks with this step; the verdicts it triggers: at most one per episode of
+        unstable batches, so a resumed run is not paused again by the episode that paused it."""
         verdicts = []
         if applied_updates == 0 and skipped_updates > 0:
             self.skipped_streak += 1
@@ -69,26 +73,30 @@ class StabilityGuard:
             self.skipped_streak = 0
         cv = self.reward_cv(rewards)
         if cv is not None:
-            self.cv_streak = self.cv_streak + 1 if cv > self.cfg.reward_cv_threshold else 0
-            if self.cv_streak >= self.cfg.patience:
+            unstable = cv > self.cfg.reward_cv_threshold
+            self.cv_streak = self.cv_streak + 1 if unstable else 0
+            self.cv_episode = self.cv_episode and unstable  # a stable batch ends the episode
+            if self.cv_streak >= self.cfg.patience and not self.cv_episode:
+                self.cv_episode = True
                 verdicts.append(
                     GuardVerdict(
                         self.cfg.action,
                         f"reward CV (std/|mean|) above {self.cfg.reward_cv_threshold} for {self.cv_streak} batches "
-                        f"in a row (now {cv:.3g}; guard.reward_cv_threshold, guard.patience)",
+                        f"in a row (now {cv:.3g}; guard.reward_cv_threshold, guard.patience); no further alert "
+                        "until a batch is back under the threshold",
                     )
                 )
-                self.cv_streak = 0
         return verdicts
 
     def metrics(self, rewards: list[float]) -> dict[str, float | None]:
         return {"guard/reward_cv": self.reward_cv(rewards), "guard/cv_streak": self.cv_streak}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"cv_streak": self.cv_streak, "skipped_streak": self.skipped_streak}
+        return {"cv_streak": self.cv_streak, "cv_episode": self.cv_episode, "skipped_streak": self.skipped_streak}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.cv_streak, self.skipped_streak = int(state["cv_streak"]), int(state["skipped_streak"])
+        self.cv_episode = bool(state.get("cv_episode", False))  # a checkpoint from before episodes has none open
 
 
 class TrainingHalted(Exception):

@@ -3,6 +3,7 @@ repeated non-finite steps (the checkpoint holds the last good weights)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,25 +14,33 @@ from grpo_cli.config.schema import GuardConfig, TrainConfig
 from grpo_cli.monitor import MetricsFile, StepResult
 from grpo_cli.training import GRPOTrainer
 from grpo_cli.training.guards import EXIT_PAUSED, EXIT_STOPPED, StabilityGuard, TrainingHalted
-from tests.conftest import read_metrics, run_grpo
+from tests.conftest import Recorder, read_metrics, run_grpo
 
 UNSTABLE = [1.0, 3.0]  # mean 2, std 1.414: CV 0.707 > 0.5
 STABLE = [1.9, 2.1]  # CV 0.0707
+SEED = GuardConfig(reward_cv_threshold=0.5)  # seed 001's rule: std above half the mean
 NEAR_ZERO = [-0.0004, 0.0006]  # |mean| 0.0001 < min_abs_mean 0.001: CV undefined
 
 
-def test_the_cv_streak_triggers_after_patience_and_restarts() -> None:
-    guard = StabilityGuard(GuardConfig(action="pause"))
+def test_the_cv_streak_triggers_after_patience_once_per_episode() -> None:
+    guard = StabilityGuard(replace(SEED, action="pause"))
     assert guard.reward_cv(UNSTABLE) == pytest.approx(2**0.5 / 2)
     assert guard.observe(UNSTABLE, 1, 0) == [] and guard.cv_streak == 1
     assert guard.observe(UNSTABLE, 1, 0) == [] and guard.cv_streak == 2
     (verdict,) = guard.observe(UNSTABLE, 1, 0)
     assert verdict.action == "pause" and "3 batches in a row" in verdict.reason
-    assert guard.cv_streak == 0  # a resumed run is not paused again by the batches that paused it
+    # The episode goes on: no further verdict, in this run or in one resumed from its checkpoint.
+    resumed = StabilityGuard(replace(SEED, action="pause"))
+    resumed.load_state_dict(guard.state_dict())
+    for g in (guard, resumed):
+        assert [g.observe(UNSTABLE, 1, 0) for _ in range(40)] == [[]] * 40 and g.cv_streak == 43
+    assert guard.observe(NEAR_ZERO, 1, 0) == []  # an undefined CV does not end it either
+    assert guard.observe(STABLE, 1, 0) == [] and guard.cv_streak == 0  # a stable batch ends it
+    assert [len(guard.observe(UNSTABLE, 1, 0)) for _ in range(4)] == [0, 0, 1, 0]  # a new episode: one verdict
 
 
 def test_a_stable_batch_resets_and_a_mean_near_zero_neither_counts_nor_resets() -> None:
-    guard = StabilityGuard(GuardConfig())
+    guard = StabilityGuard(SEED)
     guard.observe(UNSTABLE, 1, 0)
     guard.observe(UNSTABLE, 1, 0)
     assert guard.reward_cv(NEAR_ZERO) is None
@@ -52,6 +61,21 @@ def test_non_finite_steps_in_a_row_stop_and_one_good_step_resets() -> None:
     resumed = StabilityGuard(GuardConfig(max_skipped_steps=2))
     resumed.load_state_dict(state)
     assert resumed.skipped_streak == guard.skipped_streak
+
+
+def test_the_default_run_trains_on_with_guard_action_pause(tmp_path: Path) -> None:
+    """The default task's healthy batches have a raw reward CV of 0.2-1.2: under seed 001's 0.5
+    the default run warned 46 times in 300 steps, and with guard.action=pause it stopped at step 5."""
+    cfg = TrainConfig()
+    cfg.train.steps, cfg.guard.action = 12, "pause"
+    recorder = Recorder()
+    trainer = GRPOTrainer(cfg, tmp_path, [recorder])
+    trainer.setup()
+    trainer.train()  # no TrainingHalted
+    trainer.cleanup()
+    assert [r.step for r in recorder.results] == list(range(1, 13))
+    assert [a for r in recorder.results for a in r.alerts if a.startswith("guard")] == []
+    assert max(r.metrics["guard/reward_cv"] for r in recorder.results) > 0.5  # the seed's threshold would count them
 
 
 class WeightsAfterEachStep:
