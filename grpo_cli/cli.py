@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     from grpo_cli.commands.entry import hydra_entry_point
     from grpo_cli.commands.errors import report_user_errors
     from grpo_cli.commands.overrides import check_overrides
+    from grpo_cli.commands.run_lock import explicit_run_dir, lock_run_dir
 
     sub = BY_NAME[name]
     if name == "train" and launched_by_accelerate() and int(os.environ.get("RANK", "0")) != 0:
@@ -57,5 +58,7 @@ def main(argv: list[str] | None = None) -> None:
         report_user_errors(follow_main_process)  # the main process composes; this one trains its share
         return
     report_user_errors(lambda: check_overrides(rest, sub.schema))
+    if sub.locks_run_dir and (run_dir := explicit_run_dir(rest)) is not None:
+        report_user_errors(lambda: lock_run_dir(run_dir))  # before Hydra writes .hydra/ and the log into it
     sys.argv = [f"grpo-{name}", *rest]
     hydra_entry_point(sub)()

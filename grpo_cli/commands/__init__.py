@@ -19,6 +19,7 @@ class Subcommand:
     schema: type | None  # the dataclass its config composes onto; None: a plain argparse command, no Hydra
     help: str  # one line in `grpo --help`
     run: str  # "module:function": (config object, run directory) -> objective; without a schema, (argv) -> None
+    locks_run_dir: bool = True  # a run directory of its own: one run at a time in it (commands/run_lock.py)
 
     @property
     def schema_name(self) -> str:
@@ -45,6 +46,7 @@ SUBCOMMANDS = (
         ScoreConfig,
         "score a rollouts jsonl: per-function rewards, fused reward, advantages",
         "grpo_cli.commands.score:run_score",
+        locks_run_dir=False,  # hydra.run.dir is "." and its output a file of the user's choosing
     ),
     Subcommand(
         "eval",
@@ -57,6 +59,7 @@ SUBCOMMANDS = (
         ExportConfig,
         "a checkpoint (or a run's newest) as a Hugging Face directory; LoRA merged; verified by reloading",
         "grpo_cli.commands.export:run_export",
+        locks_run_dir=False,  # hydra.run.dir is "."
     ),
     Subcommand(
         "plot",

@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from grpo_cli.commands import SUBCOMMANDS, Subcommand
 from grpo_cli.commands.errors import report_user_errors
 from grpo_cli.commands.job_threads import share_cores
+from grpo_cli.commands.run_lock import run_dir_lock
 
 
 def register_schemas() -> None:
@@ -37,6 +38,13 @@ def hydra_entry_point(sub: Subcommand) -> Callable[[], float]:
         run_dir = Path(hydra_cfg.runtime.output_dir)
         if hydra_cfg.mode == RunMode.MULTIRUN:  # parallel jobs (hydra/launcher=joblib) share the cores
             share_cores(cfg, hydra_cfg.launcher, hydra_cfg.sweeper)
-        return report_user_errors(lambda: run(OmegaConf.to_object(cfg), run_dir))
+
+        def locked_run() -> float:
+            if not sub.locks_run_dir:
+                return run(OmegaConf.to_object(cfg), run_dir)
+            with run_dir_lock(run_dir):  # a second run in this directory fails here, naming the first one's pid
+                return run(OmegaConf.to_object(cfg), run_dir)
+
+        return report_user_errors(locked_run)
 
     return task

@@ -1,0 +1,56 @@
+"""Two runs in one run directory: the second fails at once, naming the first one's pid, and writes
+nothing there; a directory Hydra only knows after composing is locked by the task."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from grpo_cli.commands.run_lock import LOCK_FILE, lock_run_dir, unlock_run_dir
+from tests.conftest import REPO, read_metrics, run_grpo
+
+
+def test_a_second_train_in_a_running_runs_directory_fails_at_once_naming_its_pid(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    first = subprocess.Popen(
+        [sys.executable, "-m", "grpo_cli", "train", "debug=smoke", "debug.steps=20", f"hydra.run.dir={run_dir}"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    deadline = time.monotonic() + 120
+    while not (run_dir / LOCK_FILE).exists() or not (run_dir / LOCK_FILE).read_text().strip():
+        assert first.poll() is None and time.monotonic() < deadline, "the first run never took the lock"
+        time.sleep(0.05)
+    started = time.monotonic()
+    second = run_grpo("train", "debug=smoke", "train.seed=1", f"hydra.run.dir={run_dir}")
+    refused_in = time.monotonic() - started
+    still_running = first.poll() is None  # the two did overlap: else this test proved nothing
+    _, first_err = first.communicate(timeout=600)
+    assert still_running, "the first run ended before the second one started"
+    assert second.returncode == 1
+    assert f"is in use by another grpo run (pid {first.pid}" in second.stderr
+    assert len(second.stderr.strip().splitlines()) == 1 and "Traceback" not in second.stderr
+    assert refused_in < 30  # at once: before any model loads
+    assert first.returncode == 0, first_err[-2000:]
+    assert [row["step"] for row in read_metrics(run_dir)] == list(range(1, 21))  # the first run's lines only
+    assert "train.seed=1" not in (run_dir / ".hydra" / "overrides.yaml").read_text()  # its record stands
+
+
+def test_a_run_directory_known_only_after_composing_is_locked_by_the_task(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    assert lock_run_dir(run_dir)  # this test process holds it, as a running grpo would
+    try:
+        result = run_grpo(
+            "train", "debug=smoke", "hydra.run.dir=${oc.env:GRPO_TEST_RUN_DIR}", env={"GRPO_TEST_RUN_DIR": str(run_dir)}
+        )
+    finally:
+        unlock_run_dir(run_dir)
+    assert result.returncode == 1
+    assert f"is in use by another grpo run (pid {os.getpid()}" in result.stderr
+    assert not (run_dir / "metrics.jsonl").exists()
