@@ -27,6 +27,11 @@ AGGREGATIONS = ("weighted_mean", "normalize_then_sum")
 log = logging.getLogger(__name__)
 
 
+class NoRewardLeft(GrpoError):
+    """Every reward function is masked: nothing can score a completion, so a step would train on
+    nothing (every advantage 0) and the run would end 'successfully' having learnt nothing."""
+
+
 @dataclass
 class FusionResult:
     fused: list[float]  # NaN: unscorable
@@ -219,6 +224,12 @@ class RewardFusion:
                 if alert:
                     log.warning(alert)
                     alerts.append(alert)
+        if update_state and self.sources and len(self.masked) == len(self.sources):
+            last = "; ".join(f"{name}: {self._last_error[name]}" for name in self.masked)
+            raise NoRewardLeft(
+                f"every reward function is masked after failing reward.max_consecutive_failures="
+                f"{self.max_consecutive_failures} batches in a row ({last}): nothing is left to score completions"
+            )
         for name, scored in batches.items():
             for column, rows in scored.missing.items():
                 if name not in self.masked:

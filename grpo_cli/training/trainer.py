@@ -36,7 +36,14 @@ from grpo_cli.models import frozen_reference, load_policy, pick_device, set_cpu_
 from grpo_cli.monitor import Observer, StepResult, truncate_metrics
 from grpo_cli.monitor.diversity import RepetitionAlert
 from grpo_cli.monitor.resources import peak_memory_mib
-from grpo_cli.rewards import RewardExecutor, RewardFusion, check_columns, resolve_reward_sources, reward_diagnostics
+from grpo_cli.rewards import (
+    NoRewardLeft,
+    RewardExecutor,
+    RewardFusion,
+    check_columns,
+    resolve_reward_sources,
+    reward_diagnostics,
+)
 from grpo_cli.rollout import Rollout, make_generator
 from grpo_cli.rollout.prompts import PromptEncoder, context_length, fit_prompts
 from grpo_cli.stats import nanmean
@@ -284,6 +291,11 @@ class GRPOTrainer:
                     finished = True
                 if self.halt is not None:  # a guard's pause or stop: the finished step is the checkpoint
                     raise TrainingHalted(self.halt, self.step_index, str(self.save()))
+            except NoRewardLeft as err:  # scoring, before the weights move: the last finished step is saved
+                self.state.load_state_dict(start)
+                raise NoRewardLeft(
+                    f"{err}; step {self.step_index} is saved in {self.save()}: fix them, then resume"
+                ) from None
             except KeyboardInterrupt:
                 if self.world.size > 1:  # the processes stop at different points: the last checkpoint resumes
                     raise
