@@ -184,3 +184,46 @@ def test_logged_entropy_is_the_sampling_policys_mean_token_entropy(base_model, r
     assert 0 < expected < math.log(model.config.vocab_size)
     assert stats.entropy == pytest.approx(expected, rel=1e-5)
     assert stats.metrics()["entropy"] == stats.entropy
+
+
+def test_the_kl_term_pulls_the_policy_back_to_the_reference(base_model, rollout) -> None:
+    """With zero advantages the loss is beta·k3 alone: KL(pi || ref) must fall step after step. A
+    flipped sign pushes it up; a detached KL (no gradient) leaves it where it is."""
+    policy = copy.deepcopy(base_model)
+    torch.manual_seed(4)
+    with torch.no_grad():  # a policy that has drifted from the reference
+        for p in policy.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    algo = AlgoConfig(beta=1.0, kl_estimator="k3")
+    zero = torch.zeros(rollout.completion_ids.size(0))
+    opt, sched = build_optimizer(policy, OptimConfig(lr=1e-3, scheduler="constant", warmup_steps=0), 10)
+    kls = []
+    for _ in range(5):
+        stats = policy_update(
+            policy,
+            opt,
+            sched,
+            rollout,
+            zero,
+            rollout.completion_mask.float(),
+            algo,
+            UpdateSettings(1.0, NEW, 1, 0.0, "padded"),
+            base_model,
+        )
+        kls.append(stats.kl)  # measured before this call's step: KL after the previous ones
+    assert kls[0] > 1e-3
+    assert all(later < earlier for earlier, later in zip(kls, kls[1:])), kls
+    assert kls[-1] < 0.8 * kls[0], kls
+
+
+def test_later_mini_batches_take_their_ratio_against_the_behaviour_policy(base_model, rollout) -> None:
+    """One iteration over 3 mini-batches: after the first step the policy has moved, so the later
+    mini-batches' ratios (against the behaviour log-probs, computed once) leave 1 and clip; with
+    old = stop_gradient(lp) they would stay exactly 1."""
+    model = copy.deepcopy(base_model)
+    calls = []
+    model.register_forward_hook(lambda module, args, out: calls.append(torch.is_grad_enabled()))
+    stats, _, _ = run_update(model, rollout, advantages_for(rollout), algo=AlgoConfig(mini_batches=3))
+    assert calls.count(False) == 1 and calls.count(True) == 3  # one behaviour pass, one pass per mini-batch
+    assert stats.optimizer_steps == 3
+    assert stats.clip_frac_low + stats.clip_frac_high > 0
