@@ -280,22 +280,39 @@ class Task:
     def key(self) -> tuple[Any, ...]:
         return (prompt_definitions(self.prompt), self.entry_point, self.test, self.test_list, self.io, self.setup)
 
+    def empty_body(self) -> str:
+        """What an empty body amounts to: a function that returns None, or a program that prints nothing."""
+        return self.program("pass\n" if self.io else f"def {self.entry_point}(*args, **kwargs):\n    return None\n")
+
 
 @dataclass(frozen=True)
 class Verdict:
     """What one program did on its task's tests: `passed` of `units` counted units; `finished`
-    when the tests ran to their end; `cost`, when counted, the bytecode instructions executed."""
+    when the tests ran to their end; `cost`, when counted, the bytecode instructions executed;
+    `passed_units`, the positions of the units passed (see `UnitTally`)."""
 
     passed: int
     units: int
     finished: bool
     cost: int | None = None
+    passed_units: frozenset[int] = frozenset()
 
     @property
     def all_passed(self) -> bool:
         return self.finished and self.units > 0 and self.passed == self.units
 
-    def score(self, mode: str) -> float:
+    def score(self, mode: str, empty_body_passes: frozenset[int] = frozenset()) -> float:
+        """A unit an empty body passes (`candidate([]) is None` when the function returns None)
+        does not count on its own: with no unit passed beyond those, the score is 0, so an
+        empty body scores exactly 0 and a completion that only returns None earns nothing.
+
+        >>> Verdict(3, 6, True, passed_units=frozenset({0, 1, 2})).score("fraction", frozenset({0, 1, 2}))
+        0.0
+        >>> Verdict(4, 6, True, passed_units=frozenset({0, 1, 2, 3})).score("fraction", frozenset({0, 1, 2}))
+        0.6666666666666666
+        """
+        if self.passed_units and self.passed_units <= empty_body_passes:
+            return 0.0
         if mode == "all":
             return float(self.all_passed)
         return self.passed / self.units if self.units else 0.0
@@ -360,6 +377,7 @@ class _Candidate:
         self.__name__ = name
         self.fault: BaseException | None = None
         self.passed_before_death: int | None = None
+        self.passed_units_before_death: frozenset[int] = frozenset()
         self._tally = tally
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -382,6 +400,7 @@ class _Candidate:
         except CandidateFailure as err:
             if err.kind != "raised" and self.passed_before_death is None:
                 self.passed_before_death = self._tally.passed
+                self.passed_units_before_death = frozenset(self._tally.passed_units)
             raise
 
 
@@ -404,10 +423,10 @@ def _run_check(sandbox: Any, task: Task, program: str, count: bool) -> Verdict:
         raise candidate.fault
     counted = units - tally.idle
     if candidate.passed_before_death is not None:  # units "passed" after the session died do not count
-        return Verdict(candidate.passed_before_death, max(counted, 1), False)
+        return Verdict(candidate.passed_before_death, max(counted, 1), False, None, candidate.passed_units_before_death)
     if counted <= 0:  # no unit exercised it: returning after calling it at all is the one unit
         return Verdict(int(finished and tally.calls > 0), 1, finished, session.cost if count else None)
-    return Verdict(tally.passed, counted, finished, session.cost if count else None)
+    return Verdict(tally.passed, counted, finished, session.cost if count else None, frozenset(tally.passed_units))
 
 
 def _run_test_list(sandbox: Any, task: Task, program: str, count: bool) -> Verdict:
@@ -434,22 +453,23 @@ def _run_test_list(sandbox: Any, task: Task, program: str, count: bool) -> Verdi
                 passed = False
             tally.unit(passed)
     counted = len(cases) - tally.idle
-    return Verdict(tally.passed, max(counted, 1), True, session.cost if count else None)
+    return Verdict(tally.passed, max(counted, 1), True, session.cost if count else None, frozenset(tally.passed_units))
 
 
 def _run_io(sandbox: Any, task: Task, program: str, count: bool) -> Verdict:
     """Stdin/stdout pairs: the full list of normalised output lines must match, count included.
     A timeout ends the completion's turn (the cases left count as failed), so a hostile
     program costs one timeout, not one per case."""
-    passed, costs = 0, []
-    for stdin, expected in task.io:
+    passed_units, costs = set(), []
+    for unit, (stdin, expected) in enumerate(task.io):
         result = sandbox.run_program(program, stdin, count)
         if result.timed_out:
             break
-        passed += result.exit_code == 0 and output_lines(result.stdout) == output_lines(expected)
+        if result.exit_code == 0 and output_lines(result.stdout) == output_lines(expected):
+            passed_units.add(unit)
         costs.append(result.cost)
     counted = None if not count or None in costs else sum(costs)
-    return Verdict(passed, len(task.io), True, counted)
+    return Verdict(len(passed_units), len(task.io), True, counted, frozenset(passed_units))
 
 
 def _judge(sandbox: Any, task: Task, program: str, count: bool = False) -> Verdict | None:
@@ -490,6 +510,22 @@ class _VerdictMemo:
 
 
 _VERDICTS = _VerdictMemo(VERDICT_MEMO_SIZE)
+_EMPTY_BODY_PASSES: dict[tuple[Any, ...], frozenset[int]] = {}  # (settings, task) -> units an empty body passes
+_EMPTY_BODY_LOCK = threading.Lock()
+
+
+def _empty_body_passes(sandbox: Any, key: tuple[Any, ...], task: Task) -> frozenset[int] | None:
+    """The units of `task` an empty body passes, judged once per task and process (one session);
+    None on a harness fault (tried again next time)."""
+    with _EMPTY_BODY_LOCK:
+        if key in _EMPTY_BODY_PASSES:
+            return _EMPTY_BODY_PASSES[key]
+    verdict = _judge(sandbox, task, task.empty_body())
+    if verdict is None:
+        return None
+    with _EMPTY_BODY_LOCK:
+        _EMPTY_BODY_PASSES[key] = verdict.passed_units
+    return verdict.passed_units
 
 
 def _tasks(
@@ -584,7 +620,10 @@ def code_tests(
             if verdict is None:
                 return None
             _VERDICTS.put((key, program, task.key()), verdict)
-            return verdict.score(mode)
+            if not verdict.passed_units:
+                return verdict.score(mode)
+            empty_body = _empty_body_passes(sandbox, (key, task.key()), task)  # what passing without code earns
+            return None if empty_body is None else verdict.score(mode, empty_body)
 
         jobs[i] = job
     return _score_jobs(scores, jobs, settings, batch_timeout_s)

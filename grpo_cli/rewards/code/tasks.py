@@ -192,17 +192,22 @@ class UnitTally:
     called is idle: `assert True, "..."` lines and asserts on the test's own helpers are not
     units, so a forged or empty completion cannot collect them.
 
+    `passed_units` are the positions (in test order, idle ones included) of the units passed,
+    so two programs' verdicts on one task can be compared unit by unit.
+
     >>> tally = UnitTally()
     >>> tally.called(); tally.unit(True); tally.unit(True); tally.called(); tally.unit(False)
-    >>> tally.passed, tally.idle, tally.calls
-    (1, 1, 2)
+    >>> tally.passed, tally.idle, tally.calls, tally.passed_units
+    (1, 1, 2, {0})
     """
 
     def __init__(self) -> None:
         self.calls = 0
         self.passed = 0
         self.idle = 0
+        self.passed_units: set[int] = set()
         self._mark = 0
+        self._units = 0
 
     def called(self) -> None:
         self.calls += 1
@@ -210,9 +215,11 @@ class UnitTally:
     def unit(self, passed: bool) -> None:
         if self.calls == self._mark:
             self.idle += 1
-        else:
-            self.passed += bool(passed)
+        elif passed:
+            self.passed += 1
+            self.passed_units.add(self._units)
         self._mark = self.calls
+        self._units += 1
 
 
 def strict_equal(got: Any, expected: Any) -> bool:

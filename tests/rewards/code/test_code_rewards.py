@@ -186,6 +186,23 @@ HOSTILE = [
 ]
 
 
+def test_an_empty_body_scores_zero_on_every_shipped_task() -> None:
+    """Issue 21 item 7: units an empty body passes (`candidate([]) is None`) do not count on their
+    own. `pass` scored 0.5 on second_largest (3 of its 6 units expect None); a completion that
+    only gets those right earns nothing, one that also gets a real unit right earns them all."""
+    empty = ["pass\n" if t["io"] else f"def {t['entry_point']}(*args, **kwargs):\n    return None\n" for t in TASKS]
+    assert _run(TASKS, empty) == [0.0] * len(TASKS)
+    task = _task("second_largest")
+    completions = [
+        "    pass\n",
+        "    return None if len(set(nums)) < 2 else max(nums)\n",  # right only where None is expected
+        "    return sorted(set(nums))[-2]\n",  # right on the 3 others, raises on the None cases
+        task["reference"],
+    ]
+    assert _run([task] * 4, completions) == [0.0, 0.0, 0.5, 1.0]
+    assert _run([task] * 4, completions, mode="all") == [0.0, 0.0, 0.0, 1.0]
+
+
 def test_hostile_completions_score_zero_never_none() -> None:
     task = _task("count_set_bits")
     assert _run([task] * len(HOSTILE), HOSTILE) == [0.0] * len(HOSTILE)
