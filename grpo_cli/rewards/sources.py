@@ -10,8 +10,11 @@ import dataclasses
 import importlib
 import inspect
 import pickle
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from grpo_cli.config.schema import NORMALIZATIONS, RewardFunctionConfig, SandboxConfig
@@ -35,6 +38,23 @@ class RewardSource:
     ema_momentum: float | None = None  # zscore running-stats momentum; None: the fusion's (reward.ema_momentum)
 
 
+def _import_module(name: str) -> ModuleType:
+    """`name`, found as `python -m` finds it: also in the working directory, which the `grpo`
+    console script, unlike `python -m grpo_cli`, does not put on sys.path. The directory is
+    appended, not prepended: an installed package keeps its name, and a `datasets.py` lying here
+    cannot shadow the library. It stays on sys.path, so spawned reward workers find it too."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        top, here = name.partition(".")[0], Path.cwd()
+        if err.name != top or not ((here / f"{top}.py").is_file() or (here / top).is_dir()):
+            raise
+        if str(here) not in sys.path:
+            sys.path.append(str(here))
+        importlib.invalidate_caches()
+        return importlib.import_module(name)
+
+
 def _import_target(target: str) -> Callable[..., Any]:
     if target in BUILTIN_REWARDS:
         return BUILTIN_REWARDS[target]
@@ -45,7 +65,7 @@ def _import_target(target: str) -> Callable[..., Any]:
         )
     module_name, attr = target.split(":", 1)
     try:
-        module = importlib.import_module(module_name)
+        module = _import_module(module_name)
     except ImportError as err:
         raise GrpoError(f"reward target '{target}': cannot import {module_name}: {err}") from None
     fn = getattr(module, attr, None)

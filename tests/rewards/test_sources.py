@@ -3,6 +3,12 @@ any model loads, naming the reward and what it cannot take."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from grpo_cli.config.schema import RewardFunctionConfig, TrainConfig
@@ -44,3 +50,38 @@ def test_a_reward_reading_completion_lengths_as_a_named_parameter_is_accepted(tm
     trainer.setup()
     assert [s.name for s in trainer.reward_sources] == ["long"]
     trainer.cleanup()
+
+
+def test_a_reward_module_in_the_working_directory_imports_from_the_grpo_command(tmp_path) -> None:
+    """Issue 21 item 18: the `grpo` console script, unlike `python -m`, has no working directory on
+    sys.path, so `target: my_rewards:score` beside the user failed with "No module named". Both
+    the in-process call and a spawned worker's (parallel: true) must find it."""
+    (tmp_path / "my_rewards.py").write_text(
+        "def score(prompts, completions, **_):\n    return [float(len(c)) for c in completions]\n"
+    )
+    row = {
+        "prompt": "1+1=",
+        "answer": "2",
+        "completions": [{"text": "2", "token_count": 1}, {"text": "22", "token_count": 2}],
+    }
+    (tmp_path / "in.jsonl").write_text(json.dumps(row) + "\n")
+    functions = "[{name: here, target: 'my_rewards:score'}, {name: pooled, target: 'my_rewards:score', parallel: true}]"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HYDRA_FULL_ERROR")}
+    result = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("grpo")),
+            "score",
+            "input=in.jsonl",
+            "output=out.jsonl",
+            f"reward.functions={functions}",
+            "reward.num_workers=1",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    scored = json.loads((tmp_path / "out.jsonl").read_text())["completions"]
+    assert [c["rewards"] for c in scored] == [{"here": 1.0, "pooled": 1.0}, {"here": 2.0, "pooled": 2.0}]
