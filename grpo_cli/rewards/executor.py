@@ -87,8 +87,8 @@ def evaluate_source(
     ([1.0, nan, 0.0], {'answer': [1]})
     """
     n = len(completions)
-    needed = [c for c in required_columns(fn) if c not in kwargs]  # absent from every row of this batch: all miss it
-    missing = {
+    needed = [c for c in required_columns(fn) if c not in kwargs]
+    missing = {  # a column absent from the batch (no row of it has one): every row misses it
         c: rows for c in needed if (rows := [i for i, v in enumerate(columns.get(c) or [None] * n) if v is None])
     }
     if missing:
