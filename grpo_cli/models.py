@@ -29,6 +29,7 @@ from transformers import (
 from grpo_cli.config.schema import LoraConfig, ModelConfig, TinyModelConfig
 from grpo_cli.core.checkpoint import base_model_dir, read_trainer_state
 from grpo_cli.errors import GrpoError
+from grpo_cli.model_source import model_directory
 
 if TYPE_CHECKING:  # peft costs seconds to import: only runs that use LoRA pay for it
     from peft import PeftModel
@@ -187,14 +188,14 @@ def load_policy(
         path = Path(cfg.path) if cfg.path else workdir / "tiny_model"
         if not (path / "config.json").exists():
             build_tiny_model(path, cfg.tiny, seed)
-    elif is_adapter_dir(cfg.path) and weights_dir is None:  # a LoRA run's checkpoint: its base + the adapter
+    elif cfg.path and is_adapter_dir(cfg.path) and weights_dir is None:  # a LoRA checkpoint: its base + adapter
         weights_dir, path = Path(cfg.path), base_model_dir(Path(cfg.path), read_trainer_state(cfg.path))
         if not cfg.lora.enabled:  # sampling or evaluating it: the adapter merged, a plain model
             tokenizer = load_tokenizer(weights_dir, cfg.trust_remote_code)
             merged = load_weights(weights_dir, path, DTYPES[_dtype_name(cfg, precision_dtype)]).merge_and_unload()
             return _ready(merged, tokenizer, cfg, device), tokenizer, path
     else:
-        path = Path(cfg.path)
+        path = model_directory(cfg)
         if not (path / "config.json").exists():
             raise GrpoError(f"model.path={path}: no config.json, not a Hugging Face model directory")
     dtype_name = _dtype_name(cfg, precision_dtype)

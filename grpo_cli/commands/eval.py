@@ -28,6 +28,7 @@ from grpo_cli.errors import GrpoError
 from grpo_cli.evaluation import ScoredSamples, SuccessRule, sample_metrics
 from grpo_cli.models import load_tokenizer, pick_device, set_cpu_threads
 from grpo_cli.monitor import write_summary
+from grpo_cli.monitor.progress import PromptProgress
 from grpo_cli.rewards import RewardExecutor, RewardFusion, check_columns, resolve_reward_sources, reward_diagnostics
 from grpo_cli.rewards.batch import COMPLETION_LENGTHS
 from grpo_cli.scoring import scored_batches
@@ -63,9 +64,17 @@ def _generated(
         weights_dtype(precision),
     )
     examples, encoder, generator, model_dir = loaded.examples, loaded.encoder, loaded.generator, loaded.model_dir
-    group_size = cfg.rollout.num_generations
-    samples = generate_and_score(examples, encoder, generator, executor, fusion, group_size, cfg.batch_size)
-    greedy = evaluate_greedy(examples, encoder, generator, executor, fusion, rule, cfg.batch_size) if cfg.greedy else {}
+    group_size, console = cfg.rollout.num_generations, Console(stderr=True)
+    with PromptProgress("eval: sampled", len(examples), "auto", console) as progress:
+        samples = generate_and_score(
+            examples, encoder, generator, executor, fusion, group_size, cfg.batch_size, on_batch=progress.advance
+        )
+    greedy = {}
+    if cfg.greedy:
+        with PromptProgress("eval: greedy", len(examples), "auto", console) as progress:
+            greedy = evaluate_greedy(
+                examples, encoder, generator, executor, fusion, rule, cfg.batch_size, on_batch=progress.advance
+            )
     loop = loaded.loop
     del loaded, generator  # a multirun's next job starts from free memory
     if torch.cuda.is_available():

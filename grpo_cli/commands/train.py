@@ -117,6 +117,7 @@ def run_train(cfg: TrainConfig, run_dir: Path) -> float:
         )
     if trainer.resumed_from:
         log.info("resuming from %s (step %d)", trainer.resumed_from, trainer.step_index)
+        progress.resumed_at(trainer.step_index)
     log.info("run directory: %s", run_dir)
     for key, value in trainer.diagnostics.items():
         log.info("%s: %s", key.replace("_", " "), value)

@@ -50,7 +50,10 @@ class LoraConfig:
 @dataclass
 class ModelConfig:
     kind: str = "tiny"  # tiny | hf
-    path: str | None = None  # hf: a local directory; tiny: where to save it (default: run dir)
+    path: str | None = None  # hf: a local directory or .gguf file; tiny: where to save it (default: run dir)
+    gguf_file: str | None = None  # a GGUF file inside model.path (a directory) or inside model.package
+    package: str | None = None  # an installed Python package that ships the model file (model=smollm2_135m)
+    cache_dir: str = "~/.cache/grpo/models"  # where a GGUF file is converted, once, to a Hugging Face directory
     dtype: str = "auto"  # auto | fp32 | bf16 | fp16: weights dtype when loading
     trust_remote_code: bool = False
     gradient_checkpointing: bool = False
@@ -71,6 +74,8 @@ class DataConfig:
     fraction: float = 1.0
     max_prompt_tokens: int = 64  # clamped at start-up to the model's context minus rollout.max_new_tokens
     on_long_prompt: str = "truncate_left"  # truncate_left | skip | error: a prompt over max_prompt_tokens
+    template: str | None = None  # a format string over each row's columns that becomes its prompt
+    chat: bool = False  # send each text prompt as one user message, through the tokenizer's chat template
     seed: int = 0
 
 

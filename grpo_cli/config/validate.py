@@ -265,11 +265,11 @@ def validate_generation(model: ModelConfig, data: DataConfig, rollout: RolloutCo
         _fail("data.fraction", data.fraction, "must be in (0, 1]")
     if not 0 <= data.eval_fraction < 1:
         _fail("data.eval_fraction", data.eval_fraction, "must be in [0, 1)")
-    if model.kind == "hf":
+    if model.kind == "hf" and not model.package:
         if not model.path:
-            raise GrpoError("model=hf needs model.path=DIR (a local Hugging Face model directory)")
-        if not Path(model.path).is_dir():
-            raise GrpoError(f"model.path={model.path}: no such directory")
+            raise GrpoError("model=hf needs model.path=DIR (a local Hugging Face model directory or a .gguf file)")
+        if not (Path(model.path).is_dir() or (model.path.lower().endswith(".gguf") and Path(model.path).is_file())):
+            raise GrpoError(f"model.path={model.path}: no such directory (nor a .gguf file)")
     if data.kind == "jsonl":
         if not data.path:
             raise GrpoError("data=jsonl needs data.path=FILE")
@@ -437,6 +437,8 @@ def apply_smoke(cfg: TrainConfig) -> None:
     d = cfg.debug
     cfg.model.kind = "tiny"
     cfg.model.path = None
+    cfg.model.gguf_file = None
+    cfg.model.package = None
     cfg.model.dtype = "auto"
     cfg.precision.dtype = "fp32"
     cfg.precision.autocast = False

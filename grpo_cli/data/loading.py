@@ -9,6 +9,7 @@ from typing import Any
 from grpo_cli.config.schema import DataConfig
 from grpo_cli.data.arithmetic import arithmetic_examples
 from grpo_cli.data.jsonl import read_jsonl_prompts
+from grpo_cli.errors import GrpoError
 
 MATH_PROBLEMS = "math_problems.jsonl"  # shipped in grpo_cli/data: word problems with numeric answers
 CODE_TASKS = "code_tasks.jsonl"  # shipped in grpo_cli/data: Python tasks with tests (reward=code)
@@ -28,7 +29,31 @@ def load_examples(cfg: DataConfig) -> list[dict[str, Any]]:
         examples = examples[: max(1, int(len(examples) * cfg.fraction))]
     if cfg.max_examples > 0:
         examples = examples[: cfg.max_examples]
-    return examples
+    return render_prompts(examples, cfg.template, cfg.chat)
+
+
+def render_prompts(examples: list[dict[str, Any]], template: str | None, chat: bool) -> list[dict[str, Any]]:
+    """`data.template` and `data.chat`: the same rows phrased for an instruct model ("What is 23 + 45?"
+    as a user message) without a data file of their own; every other column stays as it was.
+
+    >>> render_prompts([{"prompt": "2+3=", "a": "2", "b": "3"}], "What is {a} + {b}?", chat=True)
+    [{'prompt': [{'role': 'user', 'content': 'What is 2 + 3?'}], 'a': '2', 'b': '3'}]
+    """
+    if template is None and not chat:
+        return examples
+    rendered = []
+    for i, example in enumerate(examples):
+        prompt = example["prompt"]
+        if template is not None:
+            try:
+                prompt = template.format(**example)
+            except (KeyError, IndexError, ValueError) as err:
+                columns = ", ".join(sorted(example))
+                raise GrpoError(f"data.template={template!r}: row {i + 1}: {err!r} (its columns: {columns})") from err
+        if chat and isinstance(prompt, str):
+            prompt = [{"role": "user", "content": prompt}]
+        rendered.append({**example, "prompt": prompt})
+    return rendered
 
 
 def split_examples(

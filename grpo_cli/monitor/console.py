@@ -19,6 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from grpo_cli.monitor.heartbeat import Heartbeat
 from grpo_cli.monitor.observer import StepResult, reward_function_names
 from grpo_cli.stats import column_mean
 
@@ -90,15 +91,22 @@ class TrainingConsole:
         )
         self.task = self.progress.add_task("train", total=total_steps)
         self.live = Live(self._render(), console=self.console, refresh_per_second=4) if self.mode == "rich" else None
+        self.heartbeat = Heartbeat("train", total_steps, "steps", self.mode == "plain")
 
     def __enter__(self) -> TrainingConsole:
         if self.live is not None:
             self.live.start()
+        self.heartbeat.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.heartbeat.__exit__(*exc)
         if self.live is not None:
             self.live.stop()
+
+    def resumed_at(self, step: int) -> None:
+        """Steps a resumed run already has count towards done/total, not towards the ETA's rate."""
+        self.heartbeat.done = self.heartbeat.start_done = step
 
     def on_step(self, result: StepResult) -> None:
         for alert in result.alerts:  # printed above the panel (or the lines), in every mode
@@ -107,6 +115,7 @@ class TrainingConsole:
             self.alerts.append((result.step, alert))
         self._print_completions(result)
         self.last = result
+        self.heartbeat.done = result.step
         if self.mode == "rich":
             self.progress.update(self.task, completed=result.step)
             self.live.update(self._render())
@@ -115,8 +124,9 @@ class TrainingConsole:
         ):
             figures = " ".join(f"{label} {value}" for label, value in key_figures(result.metrics))
             seconds = _fmt(result.metrics.get("time/step_s"), 2)
-            line = f"step {result.step}/{self.total_steps} {figures} ({seconds}s)"
+            line = f"step {result.step}/{self.total_steps} {figures} ({seconds}s, ETA {self.heartbeat.eta()})"
             self.console.print(line, highlight=False, soft_wrap=True)  # one line per step, however wide
+            self.heartbeat.touch()
 
     def _print_completions(self, result: StepResult) -> None:
         if self.mode == "quiet" or not self.completions_to_print or not self.completions_every:

@@ -1,7 +1,8 @@
-"""Progress of a pass over prompts (`grpo rollout`): prompts done of the total, and tokens/s.
+"""Progress of a pass over prompts (`grpo rollout`, `grpo eval`): prompts done of the total, and tokens/s.
 
 The modes are `monitor.console`'s: a rich bar on a terminal, a plain line every tenth of the
-work (and the last) in CI logs and files, nothing when quiet.
+work (and the last) in CI logs and files, with a `Heartbeat` line between them whenever 30 s
+pass without one; nothing when quiet.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from grpo_cli.monitor.console import console_mode
+from grpo_cli.monitor.heartbeat import Heartbeat
 
 PLAIN_LINES = 10  # a plain log gets about this many progress lines, whatever the total
 
@@ -40,6 +42,7 @@ class PromptProgress:
             disable=self.mode != "rich",
         )
         self.task = self.progress.add_task(label, total=total, completed=done, rate="-")
+        self.heartbeat = Heartbeat(label, total, "prompts", self.mode == "plain", done)
 
     @property
     def tokens_per_s(self) -> float:
@@ -47,19 +50,24 @@ class PromptProgress:
 
     def __enter__(self) -> PromptProgress:
         self.progress.start()
+        self.heartbeat.__enter__()
         self._next_line = self.done + max(1, self.total // PLAIN_LINES)
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.heartbeat.__exit__(*exc)
         self.progress.stop()
 
     def advance(self, prompts: int, tokens: int) -> None:
         self.done += prompts
         self.tokens += tokens
+        self.heartbeat.advance(prompts)
         rate = f"{self.tokens_per_s:.0f}"
         self.progress.update(self.task, completed=self.done, rate=rate)
         if self.mode == "plain" and (self.done >= self._next_line or self.done == self.total):
             elapsed = time.perf_counter() - self.start
-            line = f"{self.label} {self.done}/{self.total} prompts, {rate} tok/s, {elapsed:.1f}s"
+            eta = self.heartbeat.eta()
+            line = f"{self.label} {self.done}/{self.total} prompts, {rate} tok/s, {elapsed:.1f}s, ETA {eta}"
             self.console.print(line, highlight=False, soft_wrap=True)
+            self.heartbeat.touch()
             self._next_line = self.done + max(1, self.total // PLAIN_LINES)

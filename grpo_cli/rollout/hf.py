@@ -54,15 +54,17 @@ class HFGenerator:
     ) -> Rollout:
         prompt_ids = prompt_ids.repeat_interleave(num_generations, dim=0)
         prompt_mask = prompt_mask.repeat_interleave(num_generations, dim=0)
-        was_training = self.model.training
+        was_training, model_defaults = self.model.training, self.model.generation_config
+        settings = self.greedy if greedy else self.sampling
         self.model.eval()
+        # generate() fills every key our config leaves unset (None) from the model's own
+        # generation_config: a checkpoint's repetition_penalty, min_p or no_repeat_ngram_size would
+        # change the distribution the loss assumes. For this call the model's defaults are ours.
+        self.model.generation_config = settings
         try:
-            output = self.model.generate(
-                input_ids=prompt_ids,
-                attention_mask=prompt_mask,
-                generation_config=self.greedy if greedy else self.sampling,
-            )
+            output = self.model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, generation_config=settings)
         finally:
+            self.model.generation_config = model_defaults
             self.model.train(was_training)
         completion_ids = output[:, prompt_ids.size(1) :]
         return finish_rollout(prompt_ids, prompt_mask, completion_ids, self.eos_ids, self.tokenizer, num_generations)

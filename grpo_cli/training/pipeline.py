@@ -107,12 +107,14 @@ def generate_and_score(
     batch_size: int,
     greedy: bool = False,
     weights: dict[str, float] | None = None,
+    on_batch: Callable[[int, int], None] | None = None,
 ) -> ScoredSamples:
     """Evaluation's rollouts, `batch_size` prompts at a time, scored without touching the fusion's state.
 
     Eval completions are not rivals whose differences are learnt from, so group normalisations are
     off (`grouped=False`): per-function means are raw scores and the fused reward is their
     weighted mean, whatever the group size (a z-score within a greedy group of one is always 0).
+    `on_batch(prompts, tokens)` after each batch: `grpo eval`'s progress.
     """
     samples = ScoredSamples(group_size)
     for start in range(0, len(examples), batch_size):
@@ -120,6 +122,8 @@ def generate_and_score(
         rollout = generate_groups(batch, encoder, generator, group_size, greedy=greedy)
         result = score_rollout(batch, rollout, executor, fusion, weights, update_state=False, grouped=False)
         samples.add(result.fused, result.per_function, rollout.lengths.tolist(), rollout.truncated.tolist())
+        if on_batch is not None:
+            on_batch(len(batch), int(rollout.lengths.sum()))
     return samples
 
 
@@ -132,11 +136,12 @@ def evaluate_greedy(
     rule: SuccessRule,
     batch_size: int,
     weights: dict[str, float] | None = None,
+    on_batch: Callable[[int, int], None] | None = None,
 ) -> dict[str, float]:
     """One greedy answer per held-out prompt: accuracy, reward/mean, reward/<fn>/mean, length/mean,
     truncated/rate. The trainer logs them under `eval/`, `grpo eval` under `greedy/`: one function,
     so a checkpoint's figures agree between the two."""
     if not examples:  # no held-out split (data.eval_fraction=0): nothing to report
         return {}
-    samples = generate_and_score(examples, encoder, generator, executor, fusion, 1, batch_size, True, weights)
+    samples = generate_and_score(examples, encoder, generator, executor, fusion, 1, batch_size, True, weights, on_batch)
     return sample_metrics(samples, rule)
