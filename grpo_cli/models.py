@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import sys
 import warnings
 from collections.abc import Iterator
@@ -27,7 +28,7 @@ from transformers import (
 )
 
 from grpo_cli.config.schema import LoraConfig, ModelConfig, TinyModelConfig
-from grpo_cli.core.checkpoint import base_model_dir, read_trainer_state
+from grpo_cli.core.checkpoint import COMPLETE_MARKER, base_model_dir, read_trainer_state
 from grpo_cli.errors import GrpoError
 from grpo_cli.model_source import model_directory
 
@@ -56,10 +57,26 @@ def quiet_peft() -> Iterator[None]:
 
 
 def pick_device(name: str | None) -> torch.device:
-    """`auto` (or unset): CUDA when there is one, else the CPU; anything else as torch names it."""
+    """`auto` (or unset): CUDA when there is one, else the CPU; anything else as torch names it,
+    checked here: a device this machine lacks fails in one line, not in a traceback from the first
+    tensor moved there."""
     if name in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise GrpoError(f"device {name!r}: not a device name (auto, cpu, cuda, cuda:N)") from None
+    cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if device.type == "cuda" and cuda_count == 0:
+        build = "this torch is a CPU build" if torch.version.cuda is None else "torch sees no CUDA device"
+        raise GrpoError(f"device {name!r}: {build}; use auto or cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= cuda_count:
+        raise GrpoError(
+            f"device {name!r}: this machine has {cuda_count} CUDA device(s): cuda:0 to cuda:{cuda_count - 1}"
+        )
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise GrpoError(f"device {name!r}: MPS is not available here; use auto or cpu")
+    return device
 
 
 def set_cpu_threads(threads: int, model_kind: str, device: torch.device) -> None:
@@ -131,6 +148,22 @@ def is_adapter_dir(directory: str | Path) -> bool:
     return (Path(directory) / ADAPTER_CONFIG).is_file()
 
 
+def adapter_base(adapter: Path) -> Path:
+    """The base model under a LoRA adapter given as model.path. A run's checkpoint records it in
+    trainer_state.json; an adapter-only export (`grpo export merge_lora=false`) has no such file and
+    names it in adapter_config.json, where peft and transformers look for it."""
+    if (adapter / COMPLETE_MARKER).is_file():
+        return base_model_dir(adapter, read_trainer_state(adapter))
+    base = json.loads((adapter / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
+    if not base or not (Path(base) / "config.json").is_file():
+        raise GrpoError(
+            f"model.path={adapter}: a LoRA adapter whose base model ({ADAPTER_CONFIG} base_model_name_or_path: "
+            f"{base!r}) is not a model directory here; export it with merge_lora=true, or point "
+            "base_model_name_or_path at the base's directory"
+        )
+    return Path(base)
+
+
 def add_lora(model: PreTrainedModel, lora: LoraConfig) -> PeftModel:
     """Fresh adapters on `lora.target_modules`, every other weight frozen. B starts at zero, so the
     policy starts as the base model and the KL to it is 0 until the first update."""
@@ -189,7 +222,7 @@ def load_policy(
         if not (path / "config.json").exists():
             build_tiny_model(path, cfg.tiny, seed)
     elif cfg.path and is_adapter_dir(cfg.path) and weights_dir is None:  # a LoRA checkpoint: its base + adapter
-        weights_dir, path = Path(cfg.path), base_model_dir(Path(cfg.path), read_trainer_state(cfg.path))
+        weights_dir, path = Path(cfg.path), adapter_base(Path(cfg.path))
         if not cfg.lora.enabled:  # sampling or evaluating it: the adapter merged, a plain model
             tokenizer = load_tokenizer(weights_dir, cfg.trust_remote_code)
             merged = load_weights(weights_dir, path, DTYPES[_dtype_name(cfg, precision_dtype)]).merge_and_unload()

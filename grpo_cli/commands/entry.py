@@ -13,7 +13,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_cli.commands import SUBCOMMANDS, Subcommand
-from grpo_cli.commands.errors import report_user_errors
+from grpo_cli.commands.errors import cannot_write_errors, report_user_errors
 from grpo_cli.commands.job_threads import share_cores
 from grpo_cli.commands.run_lock import run_dir_lock
 
@@ -42,7 +42,8 @@ def hydra_entry_point(sub: Subcommand) -> Callable[[], float]:
         def locked_run() -> float:
             if not sub.locks_run_dir:
                 return run(OmegaConf.to_object(cfg), run_dir)
-            with run_dir_lock(run_dir):  # a second run in this directory fails here, naming the first one's pid
+            # a second run in this directory fails at the lock, naming the first one's pid
+            with run_dir_lock(run_dir), cannot_write_errors(run_dir, checkpoints=sub.name == "train"):
                 return run(OmegaConf.to_object(cfg), run_dir)
 
         return report_user_errors(locked_run)

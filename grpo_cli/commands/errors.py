@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import TypeVar
 
 from omegaconf.errors import OmegaConfBaseException
@@ -15,6 +18,8 @@ from grpo_cli.errors import GrpoError
 
 T = TypeVar("T")
 EXIT_USER_ERROR = 1
+# The machine's state, not a bug: a full disk, a quota, a read-only or forbidden directory.
+CANNOT_WRITE = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 def report_user_errors(run: Callable[[], T]) -> T:
@@ -28,3 +33,26 @@ def report_user_errors(run: Callable[[], T]) -> T:
         # The message is not markup: `monitor.trackers=[wandb]` must print its brackets.
         Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(str(err))}", highlight=False)
         sys.exit(err.exit_code if isinstance(err, GrpoError) else EXIT_USER_ERROR)
+
+
+@contextmanager
+def cannot_write_errors(run_dir: Path, checkpoints: bool) -> Iterator[None]:
+    """A run that cannot write (CANNOT_WRITE) stops in one line naming the file and, for a command
+    that saves `checkpoints`, says what it leaves: every checkpoint is written to a temporary
+    directory and renamed into place, so those already there are whole and a resume continues."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno not in CANNOT_WRITE:
+            raise
+        message = f"{err.filename or run_dir}: {err.strerror} ({errno.errorcode[err.errno]}); the run stopped"
+        if checkpoints:
+            from grpo_cli.core.checkpoint import latest_checkpoint
+
+            latest = latest_checkpoint(run_dir)
+            message += (
+                f"; its checkpoints stand (newest {latest}): resume with the same command once it can write"
+                if latest
+                else "; no checkpoint had been written"
+            )
+        raise GrpoError(message) from err

@@ -6,6 +6,7 @@ with the nearest valid key suggested for typos.
 
 from __future__ import annotations
 
+import copy
 import re
 from importlib import resources
 from pathlib import Path
@@ -13,11 +14,16 @@ from pathlib import Path
 import yaml
 from hydra._internal.utils import get_args_parser
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from grpo_cli.commands.plugins import check_hydra_override, require_plugin
 from grpo_cli.config.validate import check_key
 from grpo_cli.errors import GrpoError
+
+_ABSENT = object()  # OmegaConf.select's default: the schema has no node at that key
 
 
 def _config_groups(extra_dirs: list[str]) -> set[str]:
@@ -99,6 +105,26 @@ def check_group_option(config_dir: str, group: str, option: str, schema: type) -
     _check_file(path, group.replace("/", ".") + ".", schema)
 
 
+def check_value(override: Override, schema_config: DictConfig) -> None:
+    """The value of `key=value` against the schema's type, in one line: Hydra would print a 6-line
+    block for `optim.lr=abc`. Each value of a choice sweep (`-m optim.lr=1e-3,abc`) is checked too;
+    a key the schema has no node for (an entry of a list the YAML fills) is left to Hydra."""
+    key = override.key_or_group
+    if override.is_delete() or OmegaConf.select(schema_config, key, default=_ABSENT) is _ABSENT:
+        return
+    if override.is_sweep_override():
+        values = list(override.sweep_iterator()) if override.is_choice_sweep() else []
+    else:
+        values = [override.value()]
+    for value in values:
+        try:
+            OmegaConf.update(copy.deepcopy(schema_config), key, value, merge=True)
+        except OmegaConfBaseException as err:
+            reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+            shown = value if override.is_sweep_override() else override.get_value_element_as_str()
+            raise GrpoError(f"{key}={shown}: {reason}") from None
+
+
 def check_overrides(argv: list[str], schema: type) -> None:
     args, _ = get_args_parser().parse_known_args(argv)
     if args.config_dir and args.config_name:
@@ -108,6 +134,7 @@ def check_overrides(argv: list[str], schema: type) -> None:
     except HydraException as err:
         raise GrpoError(str(err)) from None
     groups = _config_groups([args.config_dir] if args.config_dir else [])
+    schema_config = OmegaConf.structured(schema)
     for override in overrides:
         key = override.key_or_group
         if key == "hydra" or key.startswith(("hydra.", "hydra/")):
@@ -122,3 +149,4 @@ def check_overrides(argv: list[str], schema: type) -> None:
                     check_group_option(args.config_dir, key, option, schema)
             continue
         check_key(key, schema)
+        check_value(override, schema_config)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -23,6 +25,17 @@ def _finite_or_none(value: Any) -> Any:
     return value
 
 
+@contextmanager
+def named_write_errors(path: Path) -> Iterator[None]:
+    """A failed write (a full disk) carries no file name: give it this one, for the one-line error."""
+    try:
+        yield
+    except OSError as err:
+        if err.filename is not None:
+            raise
+        raise OSError(err.errno, err.strerror, str(path)) from err
+
+
 class MetricsFile:
     """Appends and flushes each step, so a crash keeps every finished step. Opened on the first
     step, after setup: a resume first trims the lines of the steps it will run again."""
@@ -36,8 +49,9 @@ class MetricsFile:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._handle = self.path.open("a", encoding="utf-8")
         row = {k: _finite_or_none(v) for k, v in result.metrics.items()}
-        self._handle.write(json.dumps(row) + "\n")
-        self._handle.flush()
+        with named_write_errors(self.path):
+            self._handle.write(json.dumps(row) + "\n")
+            self._handle.flush()
 
     def close(self) -> None:
         if self._handle is not None:
@@ -57,7 +71,7 @@ class CompletionLog:
             return
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / f"step_{result.step:06d}.jsonl"
-        with path.open("w", encoding="utf-8") as handle:
+        with named_write_errors(path), path.open("w", encoding="utf-8") as handle:
             for sample in result.samples:
                 handle.write(json.dumps({k: _finite_or_none(v) for k, v in sample.items()}) + "\n")
 
