@@ -116,10 +116,8 @@ def load_gguf(source: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.load_state_dict(loaded.state_dict(), assign=True)
-    model.tie_weights()
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)  # buffers such as RoPE's built
+    model.load_state_dict(loaded.state_dict())
     model.generation_config = loaded.generation_config
     return model.eval(), tokenizer
 

@@ -132,11 +132,12 @@ def real_config(cache: Path, run_dir: Path) -> TrainConfig:
     cfg = TrainConfig()
     cfg.model = smollm2_config(cache)
     cfg.data.max_operand, cfg.data.template, cfg.data.chat = 99, TEMPLATE, True
-    cfg.reward.functions = [RewardFunctionConfig(name="last_number", target="last_number")]
+    # dense credit (digits, length, matching positions): a group of 4 short samples almost surely differs
+    cfg.reward.functions = [RewardFunctionConfig(name="partial_credit", target="answer_partial_credit")]
     cfg.train.steps, cfg.train.prompts_per_step, cfg.train.save_every = 1, 2, 0
     cfg.train.device = "cpu"
-    cfg.rollout.num_generations, cfg.rollout.max_new_tokens = 2, 8
-    cfg.optim.lr, cfg.monitor.plots = 1e-4, False
+    cfg.rollout.num_generations, cfg.rollout.max_new_tokens = 4, 8
+    cfg.optim.lr, cfg.optim.warmup_steps, cfg.monitor.plots = 1e-4, 0, False  # warm-up's first lr is 0
     return cfg
 
 
@@ -154,9 +155,9 @@ def test_gradient_checkpointing_and_lora_train_the_real_model(
     trainable = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
     if variant == "lora":
         assert trainable and all("lora_" in n for n in trainable)
-        assert {n.split(".")[-3] for n in trainable} == {"q_proj", "k_proj", "v_proj", "o_proj"}
+        assert {n.split(".lora_")[0].split(".")[-1] for n in trainable} == {"q_proj", "k_proj", "v_proj", "o_proj"}
     else:
-        assert trainer.model.is_gradient_checkpointing
+        assert any(getattr(m, "gradient_checkpointing", False) for m in trainer.model.modules())
     result = trainer.step()
     assert result.metrics["grad_norm"] > 0
     moved = [n for n, p in trainer.model.named_parameters() if n in trainable and not torch.equal(p, trainable[n])]
