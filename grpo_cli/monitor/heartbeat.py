@@ -16,8 +16,10 @@ log = logging.getLogger("grpo")
 
 
 def format_seconds(seconds: float) -> str:
-    """>>> format_seconds(42.4), format_seconds(3725)
-    ('42s', '1h02m05s')
+    """Short enough for a log line.
+
+    >>> format_seconds(42.4), format_seconds(125), format_seconds(3725)
+    ('42s', '2m05s', '1h02m05s')
     """
     seconds = int(round(seconds))
     hours, rest = divmod(seconds, 3600)

@@ -1,0 +1,53 @@
+"""Long work nobody watches on a terminal still says how far it is, at least every HEARTBEAT_S."""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+
+import pytest
+from rich.console import Console
+
+from grpo_cli.monitor.console import TrainingConsole
+from grpo_cli.monitor.heartbeat import HEARTBEAT_S, Heartbeat
+from grpo_cli.monitor.progress import PromptProgress
+
+
+def plain_console() -> Console:
+    return Console(file=io.StringIO(), force_terminal=False, width=200)
+
+
+def test_a_silent_stretch_gets_a_line_with_done_total_and_an_eta(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="grpo")
+    with Heartbeat("eval: sampled", 100, "prompts", enabled=True, every_s=0.1) as beat:
+        time.sleep(0.15)
+        beat.advance(25)
+        time.sleep(0.3)
+    lines = [r.getMessage() for r in caplog.records if r.name == "grpo"]
+    assert lines[0].startswith("eval: sampled: 0/100 prompts") and lines[0].endswith("ETA -")  # no rate yet
+    assert any(line.startswith("eval: sampled: 25/100 prompts") and "ETA -" not in line for line in lines)
+
+
+def test_a_line_printed_elsewhere_resets_the_clock(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="grpo")
+    with Heartbeat("train", 10, "steps", enabled=True, every_s=0.3) as beat:
+        for _ in range(6):
+            time.sleep(0.1)
+            beat.touch()
+    assert not [r for r in caplog.records if r.name == "grpo"]
+
+
+def test_plain_output_beats_and_a_terminal_or_quiet_one_does_not() -> None:
+    assert HEARTBEAT_S <= 30
+    assert TrainingConsole(10, "auto", plain_console()).heartbeat.enabled
+    assert not TrainingConsole(10, "quiet", plain_console()).heartbeat.enabled
+    assert not TrainingConsole(10, "rich", plain_console()).heartbeat.enabled
+    assert PromptProgress("rollout", 10, "auto", plain_console()).heartbeat.enabled
+    assert not PromptProgress("rollout", 10, "quiet", plain_console()).heartbeat.enabled
+
+
+def test_a_resumed_run_counts_its_steps_but_not_towards_the_rate() -> None:
+    progress = TrainingConsole(100, "plain", plain_console())
+    progress.resumed_at(40)
+    assert progress.heartbeat.line().startswith("train: 40/100 steps") and progress.heartbeat.eta() == "-"
