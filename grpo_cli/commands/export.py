@@ -9,10 +9,13 @@ place: a failed export leaves nothing behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +30,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTra
 from grpo_cli.config.schema import EXPORT_DTYPES, ExportConfig
 from grpo_cli.core.checkpoint import base_model_dir, is_complete, latest_checkpoint, read_trainer_state, run_dir_of
 from grpo_cli.errors import GrpoError
-from grpo_cli.model_source import is_gguf, load_gguf, write_model_dir
+from grpo_cli.model_source import is_gguf, load_gguf
 from grpo_cli.models import DTYPES, is_adapter_dir, load_weights
 
 transformers.utils.logging.disable_progress_bar()
@@ -38,6 +41,16 @@ VERIFY_PROMPTS = ("1+2=", "What is 17 * 3? Answer:", "def add(a, b):\n    return
 # error compounds over the layers (bf16 keeps 8 mantissa bits, fp16 11).
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2}
 SKIPPED_METRICS = ("time/", "throughput/", "memory/")  # machine figures: noise in a model card
+
+
+@dataclass(frozen=True)
+class ExportOf:
+    """What is exported where, for the verification's sentence and its error."""
+
+    origin: Path  # the checkpoint or GGUF file
+    output: Path
+    against: str  # what the reloaded logits are compared with
+    trust_remote_code: bool
 
 
 def resolve_checkpoint(setting: str) -> Path:
@@ -116,6 +129,48 @@ def verify(
     return difference, TOLERANCE[dtype] * scale
 
 
+def checked_export(
+    tmp: Path, dtype_name: str, tokenizer: PreTrainedTokenizerBase, source: list[torch.Tensor], export: ExportOf
+) -> tuple[float, str]:
+    """(largest |logit difference|, the model card's sentence) of the directory written in `tmp`;
+    an export past the dtype's tolerance fails here, before anything is renamed into place."""
+    difference, tolerance = verify(tmp, DTYPES[dtype_name], tokenizer, source, export.trust_remote_code)
+    verification = (
+        f"Verified: reloaded with `transformers.AutoModelForCausalLM.from_pretrained`, the largest |logit "
+        f"difference| from {export.against} over {len(VERIFY_PROMPTS)} prompts is {difference:.3g} "
+        f"(tolerance {tolerance:.3g} for {dtype_name})."
+    )
+    Console(stderr=True).print(verification.replace("`", ""), highlight=False, soft_wrap=True)
+    if not difference <= tolerance:  # NaN fails too
+        raise GrpoError(
+            f"export of {export.origin} failed verification: max |logit difference| {difference:.3g} > "
+            f"{tolerance:.3g} ({dtype_name}); nothing was written to {export.output}"
+        )
+    return difference, verification
+
+
+@contextlib.contextmanager
+def staging(output: Path) -> Iterator[Path]:
+    """A temporary sibling of `output` to write into, removed if anything fails before the rename."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def put_in_place(tmp: Path, output: Path, card: str) -> None:
+    """The model card last, then one rename: `output` never holds a half-written export."""
+    (tmp / "README.md").write_text(card, encoding="utf-8")
+    tmp.chmod(0o755)  # mkdtemp's 0700 is for the half-written state only
+    if output.exists():
+        output.rmdir()  # empty (checked before anything was written); a non-empty one was refused
+    os.replace(tmp, output)
+    Console(stderr=True).print(f"wrote {output}", highlight=False, soft_wrap=True)
+
+
 def describe(state: dict[str, Any], adapter: bool, merge: bool, untied: bool, base: Path | None) -> str:
     """What the directory holds, for the model card."""
     if not adapter:
@@ -166,32 +221,17 @@ def export_gguf(source: Path, output: Path, dtype_name: str) -> float:
     model, tokenizer = load_gguf(source)
     source_logits = prompt_logits(model, tokenizer)
     model.to(dtype)
-    tmp = output.parent / f".{output.name}.gguf-export"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        write_model_dir(model, tokenizer, tmp)
+    with staging(output) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
         del model
-        difference, tolerance = verify(tmp, dtype, tokenizer, source_logits, trust_remote_code=False)
-        verification = (
-            f"Verified: reloaded with `transformers.AutoModelForCausalLM.from_pretrained`, the largest |logit "
-            f"difference| from the GGUF file's dequantised model over {len(VERIFY_PROMPTS)} prompts is "
-            f"{difference:.3g} (tolerance {tolerance:.3g} for {dtype_name})."
-        )
-        console.print(verification.replace("`", ""), highlight=False, soft_wrap=True)
-        if not difference <= tolerance:
-            raise GrpoError(f"export of {source} failed verification: max |logit difference| {difference:.3g}")
+        export = ExportOf(source, output, "the GGUF file's dequantised model", trust_remote_code=False)
+        difference, verification = checked_export(tmp, dtype_name, tokenizer, source_logits, export)
         card = (
             f"---\nlibrary_name: transformers\n---\n# {output.name}\n\nConverted by `grpo export` from the GGUF "
             f"file `{source}` (dequantised by transformers' GGUF loader), dtype {dtype_name}.\n\n{verification}\n"
         )
-        (tmp / "README.md").write_text(card, encoding="utf-8")
-        if output.exists():
-            output.rmdir()  # empty (checked by the caller)
-        os.replace(tmp, output)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    console.print(f"wrote {output}", highlight=False, soft_wrap=True)
+        put_in_place(tmp, output, card)
     return difference
 
 
@@ -236,37 +276,17 @@ def run_export(cfg: ExportConfig, run_dir: Path | None = None) -> float:
         model.peft_config["default"].base_model_name_or_path = str(base)
     model.to(dtype)
 
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
-    try:
+    with staging(output) as tmp:
         model.save_pretrained(tmp)
         if adapter and not merge:
             model.generation_config.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         del model  # the reload is the only copy in memory
-        difference, tolerance = verify(tmp, dtype, tokenizer, source, trust_remote_code)
-        verification = (
-            f"Verified: reloaded with `transformers.AutoModelForCausalLM.from_pretrained`, the largest |logit "
-            f"difference| from the checkpoint's model over {len(VERIFY_PROMPTS)} prompts is {difference:.3g} "
-            f"(tolerance {tolerance:.3g} for {dtype_name})."
-        )
-        console.print(verification.replace("`", ""), highlight=False, soft_wrap=True)
-        if not difference <= tolerance:  # NaN fails too
-            raise GrpoError(
-                f"export of {checkpoint} failed verification: max |logit difference| {difference:.3g} > "
-                f"{tolerance:.3g} ({dtype_name}); nothing was written to {output}"
-            )
+        export = ExportOf(checkpoint, output, "the checkpoint's model", trust_remote_code)
+        difference, verification = checked_export(tmp, dtype_name, tokenizer, source, export)
         what = describe(state, adapter, merge, untied, base)
         card = model_card(
             output, checkpoint, state, what, dtype_name, verification, final_metrics(checkpoint, state["step"])
         )
-        (tmp / "README.md").write_text(card, encoding="utf-8")
-        tmp.chmod(0o755)  # mkdtemp's 0700 is for the half-written state only
-        if output.exists():
-            output.rmdir()  # empty (checked above); a non-empty one was refused
-        os.replace(tmp, output)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    console.print(f"wrote {output}", highlight=False, soft_wrap=True)
+        put_in_place(tmp, output, card)
     return difference
