@@ -37,7 +37,8 @@ def _parser() -> argparse.ArgumentParser:
         "-o",
         "--output",
         type=Path,
-        help=f"where the overlay goes (default ./{DEFAULT_OVERLAY}); with one run, its curves go here instead",
+        help=f"where the overlay goes (default: {DEFAULT_OVERLAY} in the one directory given, else in ./); "
+        "with one run, its curves go here instead",
     )
     return parser
 
@@ -47,7 +48,9 @@ def plot(paths: list[Path], output: Path | None) -> list[Path]:
     if output is None and len(runs) == 1 and runs[0][1] == paths[0]:
         return draw_run_plots(paths[0])
     figure = curves_figure([(label, read_metrics_rows(run_dir)) for label, run_dir in runs])
-    return [save_figure(figure, output or DEFAULT_OVERLAY)]
+    if output is None:  # a multirun's overlay belongs beside its jobs, not wherever the shell happens to be
+        output = paths[0] / DEFAULT_OVERLAY if len(paths) == 1 else DEFAULT_OVERLAY
+    return [save_figure(figure, output)]
 
 
 def main(argv: list[str]) -> None:

@@ -40,6 +40,10 @@ def run_score(cfg: ScoreConfig, run_dir: Path | None = None) -> float:
         raise GrpoError("grpo score needs input=ROLLOUTS.jsonl and output=SCORED.jsonl")
     if cfg.batch_size < 1:
         raise GrpoError(f"invalid value batch_size={cfg.batch_size}: must be at least 1")
+    if Path(cfg.output).exists():  # as grpo rollout refuses: a scored file may be all that is left of an expensive run
+        raise GrpoError(
+            f"output={cfg.output} already exists: grpo score does not overwrite; delete it or choose another"
+        )
     if not cfg.reward.functions:
         raise GrpoError("reward.functions is empty: choose a reward, e.g. reward=math")
     sources = resolve_reward_sources(cfg.reward.functions, sandbox=cfg.sandbox)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from grpo_cli.errors import GrpoError
 from grpo_cli.monitor.observer import StepResult
 
 METRICS = "metrics.jsonl"  # in the run directory: one JSON object per finished step
+log = logging.getLogger("grpo")
 
 
 def _finite_or_none(value: Any) -> Any:
@@ -91,6 +93,25 @@ def truncate_metrics(path: Path, last_step: int) -> list[dict[str, Any]]:
         return []
     rows = read_metrics_rows(path.parent, path.name)  # a crash may have left half a last line: dropped
     kept = [row for row in rows if row.get("step", 0) <= last_step]
+    if len(kept) < len(rows):  # never silently: e.g. a run killed with train.save_every=0 left no checkpoint
+        last = max(row.get("step", 0) for row in rows)
+        if last_step == 0:
+            log.warning(
+                "%s holds %d step(s) of an earlier run in this directory (up to step %d) but no checkpoint is "
+                "resumed (none was saved, train.save_every=0 saving only at the end; or train.resume=never): "
+                "this run starts over from step 0 and replaces them",
+                path,
+                len(rows) - len(kept),
+                last,
+            )
+        else:
+            log.warning(
+                "%s: steps %d-%d run again from the checkpoint of step %d: their lines are replaced",
+                path,
+                last_step + 1,
+                last,
+                last_step,
+            )
     tmp = path.with_suffix(".jsonl.tmp")
     tmp.write_text("".join(json.dumps(row) + "\n" for row in kept), encoding="utf-8")
     os.replace(tmp, path)

@@ -1,0 +1,69 @@
+"""What used to happen without a word: a scored file overwritten, a killed run's steps replaced by a
+rerun, a multirun's overlay dropped in whatever directory the shell was in."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from grpo_cli.commands.plot import DEFAULT_OVERLAY, plot
+from grpo_cli.commands.score import run_score
+from grpo_cli.config import TrainConfig, apply_smoke
+from grpo_cli.config.schema import ScoreConfig
+from grpo_cli.errors import GrpoError
+from grpo_cli.monitor import MetricsFile, StepResult
+from grpo_cli.monitor.files import read_metrics_rows
+from grpo_cli.training import GRPOTrainer
+from tests.e2e.test_score import write_rollouts
+
+
+def test_score_refuses_an_existing_output_as_rollout_does(tmp_path: Path) -> None:
+    rollouts, scored = tmp_path / "rollouts.jsonl", tmp_path / "scored.jsonl"
+    write_rollouts(rollouts, [("1+1=", "2", ["2", "3"])])
+    scored.write_text("an earlier, expensive result\n")
+    with pytest.raises(GrpoError, match=rf"output={scored} already exists: grpo score does not overwrite"):
+        run_score(ScoreConfig(input=str(rollouts), output=str(scored)))
+    assert scored.read_text() == "an earlier, expensive result\n"
+
+
+def test_a_rerun_after_a_kill_without_checkpoints_says_it_starts_over(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    run_dir = tmp_path / "run"
+    metrics = MetricsFile(run_dir / "metrics.jsonl")  # what a run killed (-9) after 3 steps with save_every=0 left
+    for step in (1, 2, 3):
+        metrics.on_step(StepResult(step, {"step": step, "reward/mean": 0.1}))
+    metrics.close()
+    cfg = TrainConfig()
+    apply_smoke(cfg)  # as `grpo train debug=smoke` runs it
+    trainer = GRPOTrainer(cfg, run_dir)
+    with caplog.at_level(logging.WARNING, logger="grpo"):
+        trainer.setup()
+    trainer.cleanup()
+    assert trainer.resumed_from is None
+    said = [r.getMessage() for r in caplog.records if "starts over" in r.getMessage()]
+    assert said == [
+        f"{run_dir / 'metrics.jsonl'} holds 3 step(s) of an earlier run in this directory (up to step 3) but no "
+        "checkpoint is resumed (none was saved, train.save_every=0 saving only at the end; or train.resume=never): "
+        "this run starts over from step 0 and replaces them"
+    ]
+    assert read_metrics_rows(run_dir) == []
+
+
+def test_a_multirun_overlay_goes_into_the_multirun_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sweep = tmp_path / "multirun"
+    for job, lr in enumerate(("0.001", "0.002")):
+        (sweep / str(job) / ".hydra").mkdir(parents=True)
+        (sweep / str(job) / ".hydra" / "overrides.yaml").write_text(f"- optim.lr={lr}\n")
+        rows = [{"step": s, "reward/mean": s * float(lr), "loss": 1.0 / s} for s in range(1, 6)]
+        (sweep / str(job) / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    elsewhere = tmp_path / "shell"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert plot([sweep], None) == [sweep / DEFAULT_OVERLAY]
+    assert (sweep / DEFAULT_OVERLAY).is_file() and not any(elsewhere.iterdir())
+    assert plot([sweep / "0", sweep / "1"], None) == [DEFAULT_OVERLAY]  # several directories: here, as before
+    assert (elsewhere / DEFAULT_OVERLAY).is_file()
