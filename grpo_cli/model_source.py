@@ -48,7 +48,19 @@ def package_dir(package: str) -> Path:
 
 
 def gguf_source(cfg: ModelConfig) -> Path | None:
-    """The GGUF file the config names, or None for a Hugging Face directory."""
+    """The GGUF file the config names, or None for a Hugging Face directory. `model.path` wins over
+    `model.package`: `model=smollm2_135m model.path=RUN/checkpoints/step_N` evaluates the checkpoint."""
+    if cfg.path:
+        path = Path(cfg.path)
+        if is_gguf(path):
+            if not path.is_file():
+                raise GrpoError(f"model.path={cfg.path}: no such file")
+            return path
+        if cfg.gguf_file and not (path / "config.json").is_file():
+            if not (path / cfg.gguf_file).is_file():
+                raise GrpoError(f"model.gguf_file={cfg.gguf_file}: no such file in model.path={cfg.path}")
+            return path / cfg.gguf_file
+        return None
     if cfg.package:
         if not cfg.gguf_file:
             raise GrpoError(f"model.package={cfg.package} needs model.gguf_file=NAME, the file inside it")
@@ -56,15 +68,6 @@ def gguf_source(cfg: ModelConfig) -> Path | None:
         if not path.is_file():
             raise GrpoError(f"model.gguf_file={cfg.gguf_file}: not in package {cfg.package} ({path.parent})")
         return path
-    if cfg.path and cfg.gguf_file:
-        path = Path(cfg.path) / cfg.gguf_file
-        if not path.is_file():
-            raise GrpoError(f"model.gguf_file={cfg.gguf_file}: no such file in model.path={cfg.path}")
-        return path
-    if cfg.path and is_gguf(cfg.path):
-        if not Path(cfg.path).is_file():
-            raise GrpoError(f"model.path={cfg.path}: no such file")
-        return Path(cfg.path)
     return None
 
 
@@ -117,7 +120,12 @@ def load_gguf(source: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)  # buffers such as RoPE's built
-    model.load_state_dict(loaded.state_dict())
+    try:
+        model.load_state_dict(loaded.state_dict())
+    except RuntimeError as err:  # missing or unexpected tensors
+        raise GrpoError(
+            f"{source}: its tensors do not fit a {type(model).__name__}: {str(err).splitlines()[0]}"
+        ) from err
     model.generation_config = loaded.generation_config
     return model.eval(), tokenizer
 

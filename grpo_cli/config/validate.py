@@ -265,7 +265,7 @@ def validate_generation(model: ModelConfig, data: DataConfig, rollout: RolloutCo
         _fail("data.fraction", data.fraction, "must be in (0, 1]")
     if not 0 <= data.eval_fraction < 1:
         _fail("data.eval_fraction", data.eval_fraction, "must be in [0, 1)")
-    if model.kind == "hf" and not model.package:
+    if model.kind == "hf" and (model.path or not model.package):  # model.path wins over model.package
         if not model.path:
             raise GrpoError("model=hf needs model.path=DIR (a local Hugging Face model directory or a .gguf file)")
         if not (Path(model.path).is_dir() or (model.path.lower().endswith(".gguf") and Path(model.path).is_file())):

@@ -47,7 +47,7 @@ def render_prompts(examples: list[dict[str, Any]], template: str | None, chat: b
         if template is not None:
             try:
                 prompt = template.format(**example)
-            except (KeyError, IndexError, ValueError) as err:
+            except (KeyError, IndexError, ValueError, AttributeError, TypeError) as err:
                 columns = ", ".join(sorted(example))
                 raise GrpoError(f"data.template={template!r}: row {i + 1}: {err!r} (its columns: {columns})") from err
         if chat and isinstance(prompt, str):

@@ -6,6 +6,7 @@ import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 from grpo_cli.config.schema import RolloutConfig
+from grpo_cli.models import is_peft
 from grpo_cli.rollout.base import Rollout, finish_rollout
 
 
@@ -54,17 +55,19 @@ class HFGenerator:
     ) -> Rollout:
         prompt_ids = prompt_ids.repeat_interleave(num_generations, dim=0)
         prompt_mask = prompt_mask.repeat_interleave(num_generations, dim=0)
-        was_training, model_defaults = self.model.training, self.model.generation_config
-        settings = self.greedy if greedy else self.sampling
-        self.model.eval()
         # generate() fills every key our config leaves unset (None) from the model's own
         # generation_config: a checkpoint's repetition_penalty, min_p or no_repeat_ngram_size would
-        # change the distribution the loss assumes. For this call the model's defaults are ours.
-        self.model.generation_config = settings
+        # change the distribution the loss assumes. For this call the model's defaults are ours (on
+        # the model itself: a LoRA policy's generate() reads its base model's).
+        inner = self.model.get_base_model() if is_peft(self.model) else self.model
+        was_training, model_defaults = self.model.training, inner.generation_config
+        settings = self.greedy if greedy else self.sampling
+        self.model.eval()
+        inner.generation_config = settings
         try:
             output = self.model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, generation_config=settings)
         finally:
-            self.model.generation_config = model_defaults
+            inner.generation_config = model_defaults
             self.model.train(was_training)
         completion_ids = output[:, prompt_ids.size(1) :]
         return finish_rollout(prompt_ids, prompt_mask, completion_ids, self.eos_ids, self.tokenizer, num_generations)

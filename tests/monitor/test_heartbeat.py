@@ -20,13 +20,16 @@ def plain_console() -> Console:
 
 def test_a_silent_stretch_gets_a_line_with_done_total_and_an_eta(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="grpo")
-    with Heartbeat("eval: sampled", 100, "prompts", enabled=True, every_s=0.1) as beat:
-        time.sleep(0.15)
+    with Heartbeat("eval: sampled", 100, "prompts", enabled=True, every_s=0.05) as beat:
+        deadline = time.monotonic() + 10
+        while not caplog.records and time.monotonic() < deadline:  # however late a busy machine runs it
+            time.sleep(0.01)
+        assert beat.line().startswith("eval: sampled: 0/100 prompts") and beat.eta() == "-"  # no rate yet
+        beat.start = time.monotonic() - 10  # 25 prompts in 10 s: 75 to go take 30 s
         beat.advance(25)
-        time.sleep(0.3)
-    lines = [r.getMessage() for r in caplog.records if r.name == "grpo"]
-    assert lines[0].startswith("eval: sampled: 0/100 prompts") and lines[0].endswith("ETA -")  # no rate yet
-    assert any(line.startswith("eval: sampled: 25/100 prompts") and "ETA -" not in line for line in lines)
+        assert beat.line().startswith("eval: sampled: 25/100 prompts") and beat.eta() == "30s"
+    first = [r.getMessage() for r in caplog.records if r.name == "grpo"][0]
+    assert first.startswith("eval: sampled: 0/100 prompts") and first.endswith("ETA -")
 
 
 def test_a_line_printed_elsewhere_resets_the_clock(caplog: pytest.LogCaptureFixture) -> None:
@@ -50,4 +53,8 @@ def test_plain_output_beats_and_a_terminal_or_quiet_one_does_not() -> None:
 def test_a_resumed_run_counts_its_steps_but_not_towards_the_rate() -> None:
     progress = TrainingConsole(100, "plain", plain_console())
     progress.resumed_at(40)
-    assert progress.heartbeat.line().startswith("train: 40/100 steps") and progress.heartbeat.eta() == "-"
+    beat = progress.heartbeat
+    assert beat.line().startswith("train: 40/100 steps") and beat.eta() == "-"
+    beat.start = time.monotonic() - 10  # one step of this run in 10 s: 59 to go take 590 s, not 59 * 10 / 41
+    beat.advance(1)
+    assert beat.eta() == "9m50s"
