@@ -64,3 +64,13 @@ def test_model_path_may_be_a_gguf_file_but_not_a_missing_one(tmp_path: Path) -> 
         validate_generation(ModelConfig(kind="hf", path=str(source)), DataConfig(), RolloutConfig())
     source.write_bytes(b"GGUF")
     validate_generation(ModelConfig(kind="hf", path=str(source)), DataConfig(), RolloutConfig())
+
+
+def test_model_path_wins_over_the_presets_package(tmp_path: Path) -> None:
+    """`grpo eval model=smollm2_135m model.path=RUN/checkpoints/step_N` evaluates the checkpoint."""
+    checkpoint = tmp_path / "step_000050"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text("{}")
+    cfg = smollm2_config(tmp_path / "cache")
+    cfg.path = str(checkpoint)
+    assert model_directory(cfg) == checkpoint
