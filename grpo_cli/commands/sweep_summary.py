@@ -15,6 +15,7 @@ from rich.table import Table
 
 FIGURES = ("steps", "wall_s", "reward_first10", "reward_last10")
 DEFAULT_OBJECTIVE = "reward_last10"  # TrainConfig.sweep.objective's default
+MEASURE_WIDTH = 100_000  # room to measure the table's natural width in
 
 
 def objective_key(job_dir: Path) -> str:
@@ -64,9 +65,13 @@ class SweepSummary(Callback):
             writer.writerows(rows)
         objectives = ", ".join(sorted({objective_key(sweep_dir / str(row["job"])) for row in rows}))
         table = Table(title=f"sweep: {len(rows)} jobs, objective {objectives} ({sweep_dir}/sweep_summary.csv)")
-        for column in columns:
-            table.add_column(column, justify="left" if column in ("job", "overrides") else "right")
+        for column in columns:  # overrides fold on a narrow terminal, never cut to `optim…`
+            table.add_column(column, justify="left" if column in ("job", "overrides") else "right", overflow="fold")
         for row in rows:
             values = (row.get(column) for column in columns)
             table.add_row(*(f"{v:.4g}" if isinstance(v, float) else ("-" if v is None else str(v)) for v in values))
-        Console(stderr=True).print(table)
+        console = Console(stderr=True)
+        if not console.is_terminal:  # a file or a pipe has no width to fit: the table's own, nothing cut or wrapped
+            width = max(Console(width=MEASURE_WIDTH).measure(table).maximum, len(str(table.title)))
+            console = Console(stderr=True, width=width)
+        console.print(table)
