@@ -265,6 +265,12 @@ def validate_generation(model: ModelConfig, data: DataConfig, rollout: RolloutCo
         _fail("data.fraction", data.fraction, "must be in (0, 1]")
     if not 0 <= data.eval_fraction < 1:
         _fail("data.eval_fraction", data.eval_fraction, "must be in [0, 1)")
+    if model.kind == "tiny" and model.tiny.hidden_size % model.tiny.num_heads:  # attention splits the width
+        _fail(
+            "model.tiny.hidden_size",
+            model.tiny.hidden_size,
+            f"must be a multiple of model.tiny.num_heads={model.tiny.num_heads}",
+        )
     if model.kind == "hf" and (model.path or not model.package):  # model.path wins over model.package
         if not model.path:
             raise GrpoError("model=hf needs model.path=DIR (a local Hugging Face model directory or a .gguf file)")
