@@ -49,22 +49,6 @@ def config_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     ]
 
 
-def unflatten(flat: dict[str, Any]) -> dict[str, Any]:
-    """`flatten`'s inverse, for a saved config completed with defaults.
-
-    >>> unflatten({"a.b": 1, "a.c": 2})
-    {'a': {'b': 1, 'c': 2}}
-    """
-    nested: dict[str, Any] = {}
-    for key, value in flat.items():
-        *parents, leaf = key.split(".")
-        node = nested
-        for parent in parents:
-            node = node.setdefault(parent, {})
-        node[leaf] = value
-    return nested
-
-
 def steps_schedules(config: dict[str, Any]) -> list[str]:
     """The settings of `config` whose schedule runs on progress = step / train.steps, as key=value.
 
@@ -82,11 +66,7 @@ def steps_schedules(config: dict[str, Any]) -> list[str]:
 
 def check_resume_config(saved: dict[str, Any], current: dict[str, Any], checkpoint: str, allow: bool) -> list[str]:
     """Raise on changes that alter the maths unless `allow`; return every change, to be logged."""
-    # A key newer than the checkpoint had its default's behaviour then (e.g. data.chat, model.cache_dir)
-    defaults = flatten(asdict(TrainConfig()))
-    saved_flat = flatten(saved)
-    filled = {**{k: v for k, v in defaults.items() if k not in saved_flat}, **saved_flat}
-    changes = config_changes(unflatten(filled), current)
+    changes = config_changes(saved, current)
     blocking = [c for c in changes if not c.split(":", 1)[0].startswith(RESUMABLE_CHANGES)]
     schedules = steps_schedules(current)
     if schedules:
