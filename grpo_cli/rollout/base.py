@@ -24,6 +24,18 @@ class Rollout:
     def lengths(self) -> torch.Tensor:
         return self.completion_mask.sum(-1)
 
+    def select(self, rows: torch.Tensor, group_size: int) -> Rollout:
+        """These rows only (whole groups, or one group of them), e.g. a batch without a group."""
+        return Rollout(
+            self.prompt_ids[rows],
+            self.prompt_mask[rows],
+            self.completion_ids[rows],
+            self.completion_mask[rows],
+            self.truncated[rows],
+            [self.texts[i] for i in rows.tolist()],
+            group_size,
+        )
+
     def token_lists(self) -> list[list[int]]:
         """Each completion's token ids without padding (EOS kept): what diversity is measured on."""
         ids, lengths = self.completion_ids.tolist(), self.lengths.tolist()

@@ -14,7 +14,6 @@ import torch
 from grpo_cli.config.schema import AlgoConfig, OptimConfig
 from grpo_cli.core.optim import build_optimizer
 from grpo_cli.core.update import UpdateSettings, plan_mini_batches, policy_update
-from grpo_cli.rollout import Rollout
 from tests.core.conftest import NEW, G, advantages_for, flat
 
 
@@ -111,15 +110,7 @@ def test_masked_rows_count_in_no_denominator(base_model, rollout, loss_type: str
     run_update(masked, rollout, adv, loss_mask=mask, algo=AlgoConfig(loss_type=loss_type))
 
     rows = keep.nonzero().squeeze(1)
-    smaller = Rollout(
-        rollout.prompt_ids[rows],
-        rollout.prompt_mask[rows],
-        rollout.completion_ids[rows],
-        rollout.completion_mask[rows],
-        rollout.truncated[rows],
-        [rollout.texts[i] for i in rows.tolist()],
-        group_size=int(keep.sum()),  # one "group": mini_batches=1 takes every row either way
-    )
+    smaller = rollout.select(rows, group_size=int(keep.sum()))  # one "group": mini_batches=1 takes every row
     removed = copy.deepcopy(base_model)
     run_update(removed, smaller, adv[rows], algo=AlgoConfig(loss_type=loss_type))
     assert torch.allclose(flat(masked), flat(removed), atol=1e-6)

@@ -84,15 +84,7 @@ def test_unscorable_rows_count_in_no_loss_denominator(tmp_path: Path) -> None:
     cfg.reward.functions[0].kwargs = {"unscorable": False}  # the same scores, no group left unscored
     without = ready(cfg, tmp_path / "without")
     rows = torch.arange(G, len(batch) * G)  # every group but the first
-    rest = Rollout(
-        rollout.prompt_ids[rows],
-        rollout.prompt_mask[rows],
-        rollout.completion_ids[rows],
-        rollout.completion_mask[rows],
-        rollout.truncated[rows],
-        [rollout.texts[i] for i in rows.tolist()],
-        group_size=G,
-    )
+    rest = rollout.select(rows, group_size=G)
     smaller = without.learn(batch[1:], rest, time.perf_counter()).metrics
     without.cleanup()
     assert smaller["frac_unscorable"] == 0 and smaller["grad_norm"] > 0
