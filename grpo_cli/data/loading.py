@@ -69,6 +69,22 @@ def split_examples(
     return train, held_out
 
 
+def check_prompts_per_step(prompts_per_step: int, train: int, held_out: int, skipped: int = 0) -> None:
+    """Refuse at setup a step the training split cannot fill: with no examples the sampler would
+    wait forever for one, and with fewer than a step's prompts every step would draw some twice."""
+    if prompts_per_step <= train:
+        return
+    removed = f"; {skipped} skipped as too long (data.on_long_prompt=skip)" if skipped else ""
+    raise GrpoError(
+        f"train.prompts_per_step={prompts_per_step} is more than the {train} training example(s) "
+        f"({train + held_out + skipped} in the data, {held_out} held out by data.eval_fraction{removed}): "
+        f"set train.prompts_per_step to at most {train}, or give more data"
+        if train
+        else f"train.prompts_per_step={prompts_per_step}: the data selects no training examples "
+        f"({held_out} held out by data.eval_fraction{removed}): nothing to train on"
+    )
+
+
 class PromptSampler:
     """Epochs of seeded permutations; the state is two integers, so a resume replays exactly."""
 

@@ -29,7 +29,7 @@ from grpo_cli.core.clip import AdaptiveClip
 from grpo_cli.core.optim import build_optimizer, completions_per_step, effective_lr
 from grpo_cli.core.precision import autocast_factory, effective_precision, gradient_scaler, weights_dtype
 from grpo_cli.core.update import UpdateSettings, policy_update
-from grpo_cli.data import PromptSampler, load_examples, split_examples
+from grpo_cli.data import PromptSampler, check_prompts_per_step, load_examples, split_examples
 from grpo_cli.errors import GrpoError
 from grpo_cli.evaluation import SuccessRule
 from grpo_cli.models import frozen_reference, load_policy, pick_device, set_cpu_threads
@@ -93,6 +93,7 @@ class GRPOTrainer:
         self.success = SuccessRule.resolve(names, cfg.eval.success, cfg.eval.success_threshold)
         self.curriculum = RewardCurriculum(cfg.curriculum, cfg.reward.functions, cfg.train.steps)
         train_examples, eval_examples = split_examples(load_examples(cfg.data), cfg.data.eval_fraction, cfg.data.seed)
+        check_prompts_per_step(cfg.train.prompts_per_step, len(train_examples), len(eval_examples))  # before any model
         check_columns(self.reward_sources, list({k for ex in train_examples for k in ex if k != "prompt"}))
         # e.g. the sandbox backend: shown at start-up, in every metrics line and in the summary
         self.diagnostics = reward_diagnostics(self.reward_sources)
@@ -127,6 +128,8 @@ class GRPOTrainer:
             cfg.data.on_long_prompt,
         )
         self.train_examples, self.eval_examples = splits["train"], splits["eval"]
+        skipped = len(train_examples) - len(self.train_examples)  # data.on_long_prompt=skip may leave too few
+        check_prompts_per_step(cfg.train.prompts_per_step, len(self.train_examples), len(eval_examples), skipped)
         self.sampler = PromptSampler(self.train_examples, cfg.train.seed)
         updates_per_step = cfg.algo.num_iterations * cfg.algo.mini_batches  # exact: mini-batches are planned
         batch = completions_per_step(cfg.train.prompts_per_step, cfg.rollout.num_generations, cfg.algo.mini_batches)

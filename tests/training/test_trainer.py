@@ -207,3 +207,58 @@ def test_prompts_longer_than_the_model_context(tmp_path: Path, policy: str) -> N
     result = trainer.step()  # every prompt + completion fits the model's positions
     assert result.metrics["completion_len/max"] <= 8
     trainer.cleanup()
+
+
+@pytest.mark.parametrize(
+    ("examples", "eval_fraction", "prompts_per_step", "said"),
+    [
+        (
+            3,
+            0.0,
+            4,
+            r"^train.prompts_per_step=4 is more than the 3 training example\(s\) \(3 in the data, 0 held out "
+            r"by data.eval_fraction\): set train.prompts_per_step to at most 3, or give more data$",
+        ),
+        (
+            10,
+            0.5,
+            6,
+            r"^train.prompts_per_step=6 is more than the 5 training example\(s\) \(10 in the data, 5 held "
+            r"out by data.eval_fraction\)",
+        ),
+        (
+            0,
+            0.1,
+            4,
+            r"^train.prompts_per_step=4: the data selects no training examples \(0 held out by "
+            r"data.eval_fraction\): nothing to train on$",
+        ),
+    ],
+)
+def test_a_step_the_training_data_cannot_fill_is_refused_at_setup(
+    tmp_path: Path, examples: int, eval_fraction: float, prompts_per_step: int, said: str
+) -> None:
+    """No examples used to leave PromptSampler.next_batch waiting forever; fewer than a step's
+    prompts drew some of them twice in every step."""
+    cfg = small_config(steps=1, prompts_per_step=prompts_per_step)
+    cfg.data.num_examples, cfg.data.eval_fraction = examples, eval_fraction
+    trainer = GRPOTrainer(cfg, tmp_path / "run")
+    with pytest.raises(GrpoError, match=said):
+        trainer.setup()
+    assert not (tmp_path / "run").exists()  # refused before any model was built
+
+
+def test_a_step_the_prompts_left_after_skipping_long_ones_cannot_fill_is_refused(tmp_path: Path) -> None:
+    cfg = small_config(steps=1, prompts_per_step=4)
+    cfg.data.kind = "jsonl"
+    cfg.data.path = str(_prompt_file(tmp_path / "p.jsonl", [0, 400, 300, 0, 5]))
+    cfg.data.eval_fraction = 0.0
+    cfg.data.max_prompt_tokens = 512
+    cfg.data.on_long_prompt = "skip"
+    cfg.rollout.max_new_tokens = 8
+    with pytest.raises(
+        GrpoError,
+        match=r"^train.prompts_per_step=4 is more than the 3 training example\(s\) \(5 in the data, 0 held out by "
+        r"data.eval_fraction; 2 skipped as too long \(data.on_long_prompt=skip\)\)",
+    ):
+        GRPOTrainer(cfg, tmp_path / "run").setup()
