@@ -4,7 +4,8 @@ Input: one JSON object per prompt with `prompt`, its dataset columns and `comple
 {text, token_count, finish_reason}. Output: the same objects with `rewards` (function -> value,
 null where it failed), `reward` (fused, null when unscorable) and `advantage` added to each
 completion. The output is written to a temporary file and renamed at the end, so a crash never
-leaves a half-scored file under the final name.
+leaves a half-scored file under the final name; a failure removes the temporary file, so none is
+left beside it either.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import math
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import torch
 
@@ -141,6 +142,25 @@ def score_rollouts_file(
         raise GrpoError(f"input={input_path}: no such file")
     output_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = output_path.with_name(f".{output_path.name}.partial")
+    try:
+        with tmp.open("w", encoding="utf-8") as out:
+            summary = _score_into(out, input_path, fusion, executor, scale_rewards, batch_size, count_tokens)
+    except BaseException:  # a bad line, a crash or Ctrl-C: no half-scored file left beside the output
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, output_path)
+    return {"input": str(input_path), "output": str(output_path), **summary}
+
+
+def _score_into(
+    out: TextIO,
+    input_path: Path,
+    fusion: RewardFusion,
+    executor: RewardExecutor,
+    scale_rewards: str,
+    batch_size: int,
+    count_tokens: Callable[[str], int] | None,
+) -> dict[str, Any]:
     per_function = {s.name: Welford() for s in fusion.sources}
     fused_stats = Welford()
     effect = WeightEffect()
@@ -148,34 +168,30 @@ def score_rollouts_file(
     prompts_seen = completions_seen = zero_std_groups = 0
     group_size = None
     masked: list[str] = []
-    with tmp.open("w", encoding="utf-8") as out:
-        for rows, reward_batch, result in scored_batches(input_path, fusion, executor, batch_size, count_tokens):
-            group_size = reward_batch.group_size
-            alerts.extend(result.alerts)
-            masked = list(result.masked)
-            fused = torch.tensor(result.fused, dtype=torch.float64)
-            advantages, adv_stats = group_advantages(fused, group_size, scale_rewards)
-            zero_std_groups += round(adv_stats.frac_zero_std_groups * len(rows))
-            for i in range(len(reward_batch)):
-                completion = rows[i // group_size]["completions"][i % group_size]
-                values = {name: result.per_function[name][i] for name in result.per_function}
-                for name, value in values.items():
-                    per_function[name].add(value)
-                fused_value = result.fused[i]
-                fused_stats.add(fused_value)
-                if not math.isnan(fused_value):
-                    effect.add({name: xs[i] for name, xs in result.contributions.items()}, fused_value)
-                completion["rewards"] = {k: (None if math.isnan(v) else v) for k, v in values.items()}
-                completion["reward"] = None if math.isnan(fused_value) else fused_value
-                completion["advantage"] = advantages[i].item()
-            for row in rows:
-                out.write(json.dumps(row) + "\n")
-            prompts_seen += len(rows)
-            completions_seen += len(reward_batch)
-    os.replace(tmp, output_path)
+    for rows, reward_batch, result in scored_batches(input_path, fusion, executor, batch_size, count_tokens):
+        group_size = reward_batch.group_size
+        alerts.extend(result.alerts)
+        masked = list(result.masked)
+        fused = torch.tensor(result.fused, dtype=torch.float64)
+        advantages, adv_stats = group_advantages(fused, group_size, scale_rewards)
+        zero_std_groups += round(adv_stats.frac_zero_std_groups * len(rows))
+        for i in range(len(reward_batch)):
+            completion = rows[i // group_size]["completions"][i % group_size]
+            values = {name: result.per_function[name][i] for name in result.per_function}
+            for name, value in values.items():
+                per_function[name].add(value)
+            fused_value = result.fused[i]
+            fused_stats.add(fused_value)
+            if not math.isnan(fused_value):
+                effect.add({name: xs[i] for name, xs in result.contributions.items()}, fused_value)
+            completion["rewards"] = {k: (None if math.isnan(v) else v) for k, v in values.items()}
+            completion["reward"] = None if math.isnan(fused_value) else fused_value
+            completion["advantage"] = advantages[i].item()
+        for row in rows:
+            out.write(json.dumps(row) + "\n")
+        prompts_seen += len(rows)
+        completions_seen += len(reward_batch)
     return {
-        "input": str(input_path),
-        "output": str(output_path),
         "prompts": prompts_seen,
         "completions": completions_seen,
         "group_size": group_size,

@@ -1,5 +1,6 @@
-"""What used to happen without a word: a scored file overwritten, a killed run's steps replaced by a
-rerun, a multirun's overlay dropped in whatever directory the shell was in."""
+"""What used to happen without a word: a scored file overwritten, a failed score's `.partial` file
+left behind, a killed run's steps replaced by a rerun, a multirun's overlay dropped in whatever
+directory the shell was in."""
 
 from __future__ import annotations
 
@@ -67,3 +68,13 @@ def test_a_multirun_overlay_goes_into_the_multirun_directory(tmp_path: Path, mon
     assert (sweep / DEFAULT_OVERLAY).is_file() and not any(elsewhere.iterdir())
     assert plot([sweep / "0", sweep / "1"], None) == [DEFAULT_OVERLAY]  # several directories: here, as before
     assert (elsewhere / DEFAULT_OVERLAY).is_file()
+
+
+def test_a_failed_score_leaves_no_partial_file(tmp_path: Path) -> None:
+    rollouts, scored = tmp_path / "rollouts.jsonl", tmp_path / "scored.jsonl"
+    write_rollouts(rollouts, [("1+1=", "2", ["2", "3"])])
+    with rollouts.open("a") as handle:  # the first batch is scored and written before the bad line is read
+        handle.write('{"prompt": "2+2=", "answer": "4"}\n')
+    with pytest.raises(GrpoError, match=rf"{rollouts}:2: expected an object with `prompt` and a `completions` list"):
+        run_score(ScoreConfig(input=str(rollouts), output=str(scored), batch_size=1))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rollouts.jsonl"]
