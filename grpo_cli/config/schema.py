@@ -264,6 +264,8 @@ class MonitorConfig:
     trackers: list[str] = field(default_factory=list)  # TRACKERS, through accelerate's tracking API
     repetition_alert: float = 0.2  # alert when repetition/rate exceeds its running mean by this (0: off)
     nan_alert: float = 0.5  # alert when a reward function's NaN share of a batch reaches this (0: off)
+    hacking_alert: float = 0.2  # alert: reward/raw_mean rises this much, the success function not (0: off)
+    hacking_window: int = 20  # steps averaged at the start and at the latest point for hacking_alert
     plots: bool = True  # curves.png and nan_heatmap.png in the run directory at the end
 
 

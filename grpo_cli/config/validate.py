@@ -400,6 +400,10 @@ def validate(cfg: TrainConfig) -> list[str]:
     for key in ("repetition_alert", "nan_alert"):
         if not 0 <= getattr(cfg.monitor, key) <= 1:
             _fail(f"monitor.{key}", getattr(cfg.monitor, key), "must be in [0, 1] (0: off)")
+    if cfg.monitor.hacking_alert < 0:
+        _fail("monitor.hacking_alert", cfg.monitor.hacking_alert, "must be >= 0, in reward units (0: off)")
+    if cfg.monitor.hacking_window < 1:
+        _fail("monitor.hacking_window", cfg.monitor.hacking_window, "must be >= 1 (steps)")
     for key in ("log_completions_every", "num_completions_to_print"):
         if getattr(cfg.monitor, key) < 0:
             _fail(f"monitor.{key}", getattr(cfg.monitor, key), "must be >= 0 (0: never)")

@@ -3,11 +3,13 @@
 `rich`: a live panel (progress bar, the last step's key figures, the latest alerts) for a
 terminal. `plain`: one line every `print_every` steps, no cursor movement or colour codes, for CI
 logs and files. `quiet`: alerts only. `auto` picks rich on a terminal and plain otherwise.
-Alerts (a reward function masked or failing, a guard, a repetition jump) are printed in every mode.
+Alerts (a reward function masked or failing, a guard, a repetition jump, reward hacking) and events
+(a curriculum phase begins) are printed in every mode, and written to the run's log file (train.log).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import deque
 from typing import Any
@@ -24,6 +26,16 @@ from grpo_cli.monitor.observer import StepResult, reward_function_names
 from grpo_cli.stats import column_mean
 
 ALERTS_SHOWN = 5  # the live panel keeps the latest alerts in view; all are also printed above it
+log = logging.getLogger("grpo")
+
+
+def to_log_files(level: int, message: str) -> None:
+    """A record for the run's log file (train.log) alone: the console already shows the message in
+    its own layout, and the file must tell the run's story (alerts, phase changes, how it ended)."""
+    record = log.makeRecord(log.name, level, __file__, 0, message, None, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
 
 
 def console_mode(setting: str, console: Console) -> str:
@@ -109,9 +121,15 @@ class TrainingConsole:
         self.heartbeat.done = self.heartbeat.start_done = step
 
     def on_step(self, result: StepResult) -> None:
+        for event in result.events:  # printed above the panel (or the lines), in every mode but quiet
+            if self.mode != "quiet":
+                shown = f"[bold cyan]step {result.step}:[/] {escape(event)}"
+                self.console.print(shown, highlight=False, soft_wrap=True)
+            to_log_files(logging.INFO, f"step {result.step}: {event}")
         for alert in result.alerts:  # printed above the panel (or the lines), in every mode
             shown = f"[bold yellow]alert (step {result.step}):[/] {escape(alert)}"
             self.console.print(shown, highlight=False, soft_wrap=True)
+            to_log_files(logging.WARNING, f"alert (step {result.step}): {alert}")
             self.alerts.append((result.step, alert))
         self._print_completions(result)
         self.last = result

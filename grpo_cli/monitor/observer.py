@@ -14,6 +14,7 @@ class StepResult:
     alerts: list[str] = field(default_factory=list)  # events a user must see (a reward function masked)
     rewards: dict[str, list[float]] = field(default_factory=dict)  # each function's raw reward per completion
     fused: list[float] = field(default_factory=list)  # the fused reward per completion (NaN: unscorable)
+    events: list[str] = field(default_factory=list)  # what changed on purpose (a curriculum phase begins)
 
 
 class Observer(Protocol):

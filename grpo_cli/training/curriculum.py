@@ -153,6 +153,33 @@ class RewardCurriculum:
         p = self.progress(step)
         return next((k for k, until in enumerate(self._bounds) if p < until), len(self._weights) - 1)
 
+    def announcement(self, step: int, first: bool) -> str | None:
+        """A line for the console and train.log when the 0-based `step` opens a phase, or is the
+        `first` step this process runs (a start or a resume): which phase, from which step, and the
+        weights the fusion takes now. A curriculum of one phase has nothing to announce.
+
+        >>> from grpo_cli.config.schema import CurriculumConfig, RewardFunctionConfig
+        >>> fns = [RewardFunctionConfig(name=n) for n in ("code_compiles", "code_tests", "code_style")]
+        >>> curriculum = RewardCurriculum(CurriculumConfig(name="three_phase"), fns, total_steps=10)
+        >>> [curriculum.announcement(s, first=False) is not None for s in range(5)]
+        [False, False, True, False, False]
+        >>> print(curriculum.announcement(2, first=False))  # doctest: +NORMALIZE_WHITESPACE
+        curriculum three_phase: phase 2 of 3 from step 3 of 10 (20%):
+        code_compiles 0.3, code_tests 0.6, code_style 0.1
+        """
+        if len(self._weights) == 1:
+            return None
+        phase = self.phase(step)
+        if not first and (step == 0 or self.phase(step - 1) == phase):
+            return None
+        weights = ", ".join(f"{name} {weight:.3g}" for name, weight in self.weights(step).items())
+        linear = self.interpolate == "linear"
+        blend = " (blended towards the next phase: curriculum.interpolate=linear)" if linear else ""
+        return (
+            f"curriculum {self.name}: phase {phase + 1} of {len(self._weights)} from step {step + 1} of "
+            f"{self.total_steps} ({self.progress(step):.0%}): {weights}{blend}"
+        )
+
     def weights(self, step: int) -> dict[str, float]:
         """{function name: weight} for the 0-based step about to run, every configured function named.
 

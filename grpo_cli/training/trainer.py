@@ -35,6 +35,7 @@ from grpo_cli.evaluation import SuccessRule
 from grpo_cli.models import frozen_reference, load_policy, pick_device, set_cpu_threads
 from grpo_cli.monitor import Observer, StepResult, truncate_metrics
 from grpo_cli.monitor.diversity import RepetitionAlert
+from grpo_cli.monitor.hacking import HackingAlert
 from grpo_cli.monitor.resources import peak_memory_mib
 from grpo_cli.rewards import (
     NoRewardLeft,
@@ -147,6 +148,8 @@ class GRPOTrainer:
         self.scaler = gradient_scaler(precision, self.device)
         self.guard = StabilityGuard(cfg.guard)
         self.repetition = RepetitionAlert(cfg.monitor.repetition_alert)
+        self.hacking = HackingAlert(self.success.name, cfg.monitor.hacking_alert, cfg.monitor.hacking_window)
+        self.phase_announced = False  # the first step this process runs names the curriculum phase
         self.halt: GuardVerdict | None = None  # a guard's pause or stop, carried out once the step is saved
         self.update_settings = UpdateSettings(
             cfg.rollout.temperature,
@@ -161,6 +164,7 @@ class GRPOTrainer:
         self.state.register("guard", self.guard)
         self.state.register("clip", self.clip)
         self.state.register("repetition", self.repetition)
+        self.state.register("hacking", self.hacking)
         if self.resumed_from is not None:
             self._restore(self.resumed_from)
         elif self.world.is_main:  # a fresh start in a used run directory must not append to an older run's lines
@@ -186,6 +190,8 @@ class GRPOTrainer:
         t0, t_gen = started, time.perf_counter()
 
         weights = self.curriculum.weights(self.step_index)  # curriculum: by progress through train.steps
+        phase = self.curriculum.announcement(self.step_index, first=not self.phase_announced)
+        self.phase_announced = True
         combine = world.gather_scores if world.size > 1 else None  # fuse the global batch's scores
         fusion = score_rollout(examples, rollout, self.reward_executor, self.reward_fusion, weights, combine=combine)
         rewards = torch.tensor(fusion.fused, dtype=torch.float32)
@@ -247,7 +253,10 @@ class GRPOTrainer:
         alerts += nan_rate_alerts(fusion, cfg.monitor.nan_alert)
         if repetition := self.repetition.observe(metrics["repetition/rate"]):
             alerts.append(repetition)
-        return StepResult(self.step_index, metrics, samples, alerts, fusion.per_function, fusion.fused)
+        if hacking := self.hacking.observe(metrics["reward/raw_mean"], metrics[f"reward/{self.success.name}/mean"]):
+            alerts.append(hacking)
+        events = [phase] if phase is not None else []
+        return StepResult(self.step_index, metrics, samples, alerts, fusion.per_function, fusion.fused, events)
 
     @torch.no_grad()
     def evaluate(self, limit: int = EVAL_PROMPTS) -> dict[str, float]:

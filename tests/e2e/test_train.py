@@ -51,6 +51,7 @@ def test_default_run_learns(tmp_path):
     assert sum(m["reward/exact_match/mean"] for m in metrics[-20:]) > 0
     assert "grpo train: summary" in result.stderr
     assert "\x1b[" not in result.stderr  # no cursor movement or colour in a log
+    assert "reward hacking" not in result.stderr  # partial credit is shaping that works: exact_match rises too
     step_lines = [line for line in result.stderr.splitlines() if line.startswith("step ")]
     assert [line.split()[1] for line in step_lines] == ["1/300", *(f"{n}/300" for n in range(10, 301, 10))]
     for picture in ("curves.png", "nan_heatmap.png"):

@@ -4,10 +4,13 @@ exact `linear` blend, user phases from the command line, and the start-up errors
 from __future__ import annotations
 
 import dataclasses
+import io
+import logging
 
 import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
+from rich.console import Console
 
 from grpo_cli.commands.entry import register_schemas
 from grpo_cli.config import validate
@@ -229,12 +232,34 @@ def test_the_trainer_logs_three_phases_of_code_weights_and_the_adaptive_clip(tmp
         "algo.adaptive_clip.enabled=true",
         "sandbox.workers=1",
     )
+    from grpo_cli.monitor.console import TrainingConsole
     from grpo_cli.training import GRPOTrainer
 
-    trainer = GRPOTrainer(cfg, tmp_path)
+    printed = io.StringIO()
+    console = TrainingConsole(10, "plain", Console(file=printed, width=300), print_every=100)
+    log_file = logging.FileHandler(tmp_path / "train.log")  # what the CLI's job logging attaches
+    logging.getLogger().addHandler(log_file)
+    trainer = GRPOTrainer(cfg, tmp_path, observers=[console])
     trainer.setup()
-    history = trainer.train()
+    try:
+        with console:
+            history = trainer.train()
+    finally:
+        logging.getLogger().removeHandler(log_file)
+        log_file.close()
     trainer.cleanup()
+    # each phase change is announced once, on the console and in train.log, with the new weights
+    announced = [line for line in printed.getvalue().splitlines() if "curriculum three_phase" in line]
+    assert announced == [
+        "step 1: curriculum three_phase: phase 1 of 3 from step 1 of 10 (0%): code_tests 0.2, code_compiles 0.7, "
+        "code_style 0.1, code_similarity 0.2, code_efficiency 0",
+        "step 3: curriculum three_phase: phase 2 of 3 from step 3 of 10 (20%): code_tests 0.6, code_compiles 0.3, "
+        "code_style 0.1, code_similarity 0.2, code_efficiency 0",
+        "step 7: curriculum three_phase: phase 3 of 3 from step 7 of 10 (60%): code_tests 0.3, code_compiles 0.1, "
+        "code_style 0.6, code_similarity 0.2, code_efficiency 0",
+    ]
+    logged = (tmp_path / "train.log").read_text().splitlines()
+    assert [line for line in logged if "curriculum three_phase" in line] == announced
     assert [row["weight/code_compiles"] for row in history] == [0.7] * 2 + [0.3] * 4 + [0.1] * 4
     assert [row["weight/code_style"] for row in history] == [0.1] * 6 + [0.6] * 4
     assert {row["weight/code_similarity"] for row in history} == {0.2}  # named by no phase
