@@ -55,11 +55,22 @@ def report_interrupt(console: Console, run_dir: Path, when: str) -> None:
     """Where a Ctrl-C left the run, and the command that continues it."""
     latest = latest_checkpoint(run_dir)
     where = f"checkpoint {latest}" if latest else "no checkpoint yet: a resume starts over"
+    command = resume_command(run_dir)
     console.print(
-        f"[bold yellow]interrupted[/] {when}; {where}.\nResume with:\n  {escape(resume_command(run_dir))}",
+        f"[bold yellow]interrupted[/] {when}; {where}.\nResume with:\n  {escape(command)}",
         highlight=False,
         soft_wrap=True,
     )
+    _to_log_files(f"interrupted {when}; {where}. Resume with: {command}")
+
+
+def _to_log_files(message: str) -> None:
+    """A record for the run's log file (train.log) alone, so that the file tells how the run ended:
+    the console already has the message, laid out with the command on a line of its own to copy."""
+    record = log.makeRecord(log.name, logging.WARNING, __file__, 0, message, None, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
 
 
 def last_eval(history: list[dict]) -> dict[str, float]:

@@ -1,11 +1,12 @@
 """What used to happen without a word: a scored file overwritten, a failed score's `.partial` file
-left behind, a killed run's steps replaced by a rerun, a multirun's overlay dropped in whatever
-directory the shell was in."""
+left behind, a killed run's steps replaced by a rerun, a Ctrl-C missing from train.log, a multirun's
+overlay dropped in whatever directory the shell was in."""
 
 from __future__ import annotations
 
 import json
 import logging
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from grpo_cli.errors import GrpoError
 from grpo_cli.monitor import MetricsFile, StepResult
 from grpo_cli.monitor.files import read_metrics_rows
 from grpo_cli.training import GRPOTrainer
+from tests.conftest import run_grpo
 from tests.e2e.test_score import write_rollouts
 
 
@@ -78,3 +80,46 @@ def test_a_failed_score_leaves_no_partial_file(tmp_path: Path) -> None:
     with pytest.raises(GrpoError, match=rf"{rollouts}:2: expected an object with `prompt` and a `completions` list"):
         run_score(ScoreConfig(input=str(rollouts), output=str(scored), batch_size=1))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rollouts.jsonl"]
+
+
+def test_ctrl_c_is_in_train_log(tmp_path: Path) -> None:
+    """train.log is what is left to read of a run in the background or on a cluster: it must say
+    how the run ended and how to resume it, as the console does."""
+    (tmp_path / "ctrl_c.py").write_text(
+        textwrap.dedent(
+            """
+            import os, signal
+
+            calls = 0
+
+            def length_then_interrupt(prompts, completions, **_):
+                global calls
+                calls += 1
+                if calls == 3:  # while step 3 is scored
+                    os.kill(os.getpid(), signal.SIGINT)
+                return [float(len(c)) for c in completions]
+            """
+        )
+    )
+    run_dir = tmp_path / "run"
+    result = run_grpo(
+        "train",
+        "train.steps=5",
+        "train.prompts_per_step=2",
+        "rollout.num_generations=2",
+        "reward.timeout_s=0",  # in the main thread, where the signal lands
+        "reward.functions=[{name: length, target: 'ctrl_c:length_then_interrupt'}]",
+        "monitor.console=quiet",
+        "monitor.plots=false",
+        f"hydra.run.dir={run_dir}",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 130, result.stderr[-3000:]
+    said = [line for line in (run_dir / "train.log").read_text().splitlines() if "interrupted" in line]
+    assert len(said) == 1 and said[0].split("] ", 1)[0].endswith("[grpo][WARNING"), said
+    assert said[0].endswith(
+        f"interrupted after step 2; checkpoint {run_dir / 'checkpoints' / 'step_000002'}. Resume with: grpo train "
+        "train.steps=5 train.prompts_per_step=2 rollout.num_generations=2 reward.timeout_s=0 'reward.functions=[{name: "
+        f"length, target: '\"'\"'ctrl_c:length_then_interrupt'\"'\"'}}]' monitor.console=quiet monitor.plots=false "
+        f"hydra.run.dir={run_dir}"
+    ), said
