@@ -28,6 +28,7 @@ from grpo_cli.monitor import (
     summary_table,
     write_summary,
 )
+from grpo_cli.monitor.console import to_log_files
 from grpo_cli.monitor.plots import draw_run_plots
 from grpo_cli.monitor.trackers import TrackerObserver, open_trackers, require_trackers
 from grpo_cli.stats import column_mean
@@ -61,16 +62,8 @@ def report_interrupt(console: Console, run_dir: Path, when: str) -> None:
         highlight=False,
         soft_wrap=True,
     )
-    _to_log_files(f"interrupted {when}; {where}. Resume with: {command}")
-
-
-def _to_log_files(message: str) -> None:
-    """A record for the run's log file (train.log) alone, so that the file tells how the run ended:
-    the console already has the message, laid out with the command on a line of its own to copy."""
-    record = log.makeRecord(log.name, logging.WARNING, __file__, 0, message, None, None)
-    for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.FileHandler):
-            handler.handle(record)
+    # the file tells how the run ended; the console has the command on a line of its own to copy
+    to_log_files(logging.WARNING, f"interrupted {when}; {where}. Resume with: {command}")
 
 
 def last_eval(history: list[dict]) -> dict[str, float]:
