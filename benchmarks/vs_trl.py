@@ -48,7 +48,10 @@ their published figures did; smollm2 turns it off, so both frameworks minimise t
 
 Each (workload, seed, framework) runs in a fresh subprocess, alternating grpo, trl, grpo, trl...;
 nothing is read from or written to the network (HF_HUB_OFFLINE=1) and every file goes under one
-temporary directory, removed at the end.
+temporary directory, removed at the end. Each finished run is also kept as
+`--keep-runs DIR/<workload>_<framework>_seed<k>.json`, and Ctrl-C stops launching runs and reports the
+seeds both frameworks finished: a long real-model comparison cut short keeps what it measured.
+`--report-runs DIR` prints the report (and writes --json) from such kept runs without running any.
 
 Columns of the table:
 
@@ -855,6 +858,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "tiny and small; off for smollm2, as grpo's KL term)",
     )
     parser.add_argument("--json", type=Path, help="write every raw figure here")
+    parser.add_argument("--keep-runs", type=Path, help="also keep each finished run's result here, as it finishes")
+    parser.add_argument(
+        "--report-runs", type=Path, help="report the runs kept in this directory (by --keep-runs) instead of running"
+    )
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     unknown = set(args.workloads.split(",")) - set(WORKLOADS)
@@ -883,55 +890,55 @@ def main(argv: list[str] | None = None) -> None:
 
     transformers.utils.logging.disable_progress_bar()
     peaks: dict[int, float] = {}  # fp32 matmul peak by thread count
-    forced_correction = None if args.trl_kl_bias_correction is None else args.trl_kl_bias_correction == "on"
     raw: dict[str, Any] = {"runs": [], "workloads": {}, "summary": {}, "ratios": {}}
+    if args.keep_runs is not None:
+        args.keep_runs.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="vs_trl_") as tmp_name:
         tmp = Path(tmp_name)
         for name in names:
-            workload = WORKLOADS[name]
-            threads = args.threads or workload.threads
-            if threads not in peaks:
-                peaks[threads] = matmul_peak_gflops(threads)
-            correction = workload.trl_bias_correction_kl if forced_correction is None else forced_correction
-            model_link = tmp / name / "model"
-            params = build_model(model_link, workload, args.model_cache)
-            model_dir = model_link.resolve()  # a pretrained model: the converted directory itself, for both
-            raw["workloads"][name] = {
-                **asdict(workload),
-                "params": params,
-                "threads": threads,
-                "trl_bias_correction_kl": correction,
-                "model_info": model_description(model_dir, workload),
-            }
+            workload, threads, correction, model_dir = describe_workload(raw, name, args, tmp, peaks)
+            if args.report_runs is not None:
+                add_workload_summary(raw, name, kept_runs(args.report_runs, name), args.warmup, peaks[threads])
+                continue
             runs: dict[str, list[RunResult]] = {fw: [] for fw in FRAMEWORKS}
-            for seed in range(args.seeds):
-                for framework in FRAMEWORKS:  # alternating, so a change in load hits both
-                    run_dir = tmp / name / f"{framework}_seed{seed}"
-                    run_dir.mkdir(parents=True)
-                    spec = RunSpec(
-                        framework,
-                        workload,
-                        seed,
-                        args.steps,
-                        threads,
-                        args.identical_work,
-                        str(model_dir),
-                        str(run_dir),
-                        str(run_dir / "result.json"),
-                        trl_bias_correction_kl=correction,
-                    )
-                    result = run_child(spec, tmp)
-                    runs[framework].append(result)
-                    raw["runs"].append(asdict(result))
-                    done = statistics.median(s.step_s for s in result.steps[args.warmup :])
-                    print(f"  {name} {framework} seed {seed}: median step {done:.3f} s", file=sys.stderr)
-            raw["summary"][name] = {fw: summarize(runs[fw], params, args.warmup, peaks[threads]) for fw in FRAMEWORKS}
-            raw["ratios"][name] = ratios(raw["summary"][name])
+            try:
+                for seed in range(args.seeds):
+                    for framework in FRAMEWORKS:  # alternating, so a change in load hits both
+                        run_dir = tmp / name / f"{framework}_seed{seed}"
+                        run_dir.mkdir(parents=True)
+                        spec = RunSpec(
+                            framework,
+                            workload,
+                            seed,
+                            args.steps,
+                            threads,
+                            args.identical_work,
+                            str(model_dir),
+                            str(run_dir),
+                            str(run_dir / "result.json"),
+                            trl_bias_correction_kl=correction,
+                        )
+                        result = run_child(spec, tmp)
+                        runs[framework].append(result)
+                        if args.keep_runs is not None:
+                            kept = args.keep_runs / f"{name}_{framework}_seed{seed}.json"
+                            kept.write_text(json.dumps(asdict(result)))
+                        done = statistics.median(s.step_s for s in result.steps[args.warmup :])
+                        print(f"  {name} {framework} seed {seed}: median step {done:.3f} s", file=sys.stderr)
+            except KeyboardInterrupt:
+                print(f"  interrupted: reporting the seeds both frameworks finished on {name}", file=sys.stderr)
+                add_workload_summary(raw, name, runs, args.warmup, peaks[threads])
+                break
+            add_workload_summary(raw, name, runs, args.warmup, peaks[threads])
     wall = time.perf_counter() - started
     raw.update(
         command=" ".join([Path(sys.executable).name, *sys.argv]),
         wall_s=wall,
-        settings={**vars(args), "json": str(args.json) if args.json else None, "child": None},
+        settings={
+            **vars(args),
+            **{key: str(getattr(args, key)) for key in ("json", "keep_runs", "report_runs") if getattr(args, key)},
+            "child": None,
+        },
         shared=asdict(SHARED),
         versions=versions(),
         matmul_peak_gflops={
@@ -944,6 +951,61 @@ def main(argv: list[str] | None = None) -> None:
     print_report(raw)
     if args.json:
         args.json.write_text(json.dumps(raw, indent=1))
+
+
+def describe_workload(
+    raw: dict[str, Any], name: str, args: argparse.Namespace, tmp: Path, peaks: dict[int, float]
+) -> tuple[Workload, int, bool | None, Path]:
+    """A workload's model (built or converted once), threads, TRL KL correction and its entry in the
+    report; the fp32 matmul peak is measured once per thread count."""
+    workload = WORKLOADS[name]
+    threads = args.threads or workload.threads
+    if threads not in peaks:
+        peaks[threads] = matmul_peak_gflops(threads)
+    forced = None if args.trl_kl_bias_correction is None else args.trl_kl_bias_correction == "on"
+    correction = workload.trl_bias_correction_kl if forced is None else forced
+    model_link = tmp / name / "model"
+    params = build_model(model_link, workload, args.model_cache)
+    model_dir = model_link.resolve()  # a pretrained model: the converted directory itself, for both
+    raw["workloads"][name] = {
+        **asdict(workload),
+        "params": params,
+        "threads": threads,
+        "trl_bias_correction_kl": correction,
+        "model_info": model_description(model_dir, workload),
+    }
+    return workload, threads, correction, model_dir
+
+
+def kept_runs(directory: Path, name: str) -> dict[str, list[RunResult]]:
+    """The runs `--keep-runs` kept for workload `name`, by framework, in seed order."""
+    runs: dict[str, list[RunResult]] = {}
+    for framework in FRAMEWORKS:
+        files = sorted(directory.glob(f"{name}_{framework}_seed*.json"), key=lambda f: int(f.stem.rsplit("seed", 1)[1]))
+        runs[framework] = []
+        for path in files:
+            result = json.loads(path.read_text())
+            result["steps"] = [StepRecord(**step) for step in result["steps"]]
+            runs[framework].append(RunResult(**result))
+    return runs
+
+
+def add_workload_summary(
+    raw: dict[str, Any], name: str, runs: dict[str, list[RunResult]], warmup: int, peak_gflops: float
+) -> None:
+    """The workload's summary and ratios over the seeds every framework finished (all of them, unless
+    the benchmark was cut short); a workload with no such seed leaves the report."""
+    seeds = min(len(done) for done in runs.values())
+    if seeds == 0:
+        del raw["workloads"][name]
+        print(f"  {name}: no seed finished by both frameworks, left out", file=sys.stderr)
+        return
+    runs = {fw: done[:seeds] for fw, done in runs.items()}
+    raw["workloads"][name]["seeds_done"] = seeds
+    raw["runs"].extend(asdict(run) for fw in FRAMEWORKS for run in runs[fw])
+    params = raw["workloads"][name]["params"]
+    raw["summary"][name] = {fw: summarize(runs[fw], params, warmup, peak_gflops) for fw in FRAMEWORKS}
+    raw["ratios"][name] = ratios(raw["summary"][name])
 
 
 def framework_names(raw: dict[str, Any]) -> dict[str, str]:
@@ -981,12 +1043,22 @@ def workload_lines(name: str, info: dict[str, Any]) -> list[str]:
     ]
 
 
+def seeds_line(raw: dict[str, Any]) -> str:
+    """'3 seeds'; a cut-short benchmark says what it finished ('3 of 5 seeds (cut short)'), a report
+    of kept runs how many it found."""
+    asked = raw["settings"]["seeds"]
+    done = "/".join(str(n) for n in sorted({info["seeds_done"] for info in raw["workloads"].values()}))
+    if raw["settings"]["report_runs"] is not None:
+        return f"{done} seeds (kept runs)"
+    return f"{asked} seeds" if done == str(asked) else f"{done} of {asked} seeds (cut short)"
+
+
 def print_report(raw: dict[str, Any]) -> None:
     v, peak, load = raw["versions"], raw["matmul_peak_gflops"], raw["load_average"]
     settings = raw["settings"]
     print(
         f"grpo {v['grpo-cli']} vs TRL {v['trl']} (transformers {v['transformers']}, torch {v['torch']}); "
-        f"{settings['seeds']} seeds x {settings['steps']} steps, first {settings['warmup']} of each left out of the "
+        f"{seeds_line(raw)} x {settings['steps']} steps, first {settings['warmup']} of each left out of the "
         "timings; "
         + ("every completion forced to max new tokens" if settings["identical_work"] else "free-running lengths")
     )
