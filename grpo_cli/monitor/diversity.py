@@ -58,7 +58,9 @@ def repetition_rate(seqs: list[list[int]], n: int = REPETITION_N) -> float:
 class RepetitionAlert:
     """Raises an alert when a step's repetition rate jumps `threshold` above the running mean of the
     steps before it: a steady rate, high or low, is the task's; a jump is the policy starting to
-    loop. Its running mean is part of the TrainState, so a resumed run alerts as the original would.
+    loop. One alert per episode: while the rate stays `threshold` above the lagging mean (a steady
+    climb) it is said once, and again only after a step back under it. Its running mean is part of
+    the TrainState, so a resumed run alerts as the original would.
 
     >>> alert = RepetitionAlert(0.2)
     >>> [alert.observe(rate) for rate in (0.3, 0.32, 0.28)]
@@ -70,13 +72,16 @@ class RepetitionAlert:
     def __init__(self, threshold: float) -> None:
         self.threshold = threshold
         self.moments = EmaMoments()
+        self.jumping = False  # the last step was above the mean by threshold (an episode under way)
 
     def observe(self, rate: float) -> str | None:
         if math.isnan(rate):
             return None
         mean, seeded = self.moments.mean, self.moments.seeded
         self.moments.update([rate], REPETITION_MOMENTUM)
-        if self.threshold > 0 and seeded and rate - mean > self.threshold:
+        jumping = self.threshold > 0 and seeded and rate - mean > self.threshold
+        said, self.jumping = self.jumping, jumping
+        if jumping and not said:
             return (
                 f"repetition/rate jumped to {rate:.2f} (running mean {mean:.2f}): "
                 "completions are starting to repeat themselves"
@@ -84,7 +89,9 @@ class RepetitionAlert:
         return None
 
     def state_dict(self) -> dict[str, Any]:
-        return {"mean": self.moments.mean, "var": self.moments.var, "seeded": self.moments.seeded}
+        moments = self.moments
+        return {"mean": moments.mean, "var": moments.var, "seeded": moments.seeded, "jumping": self.jumping}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.moments.mean, self.moments.var, self.moments.seeded = state["mean"], state["var"], state["seeded"]
+        self.jumping = state["jumping"]

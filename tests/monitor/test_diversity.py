@@ -46,6 +46,17 @@ def test_repetition_alert_fires_on_a_jump_not_on_a_steady_rate():
     assert message is not None and "0.50" in message
     assert jump.observe(math.nan) is None  # a batch with no trigram says nothing
 
+
+def test_repetition_alert_says_a_steady_climb_once():
+    """The tiny #### run's rate climbed 0.31, 0.36, 0.38, ... for steps on end, each step above
+    the lagging mean: one alert, not one per step; a new jump after it settles is said again."""
+    climb = RepetitionAlert(0.2)
+    said = [climb.observe(r) for r in (0.05, 0.06, 0.05, 0.31, 0.36, 0.38, 0.39, 0.43, 0.45)]
+    assert sum(m is not None for m in said) == 1 and said[3] is not None
+    settled = [climb.observe(0.45) for _ in range(20)]
+    assert settled == [None] * 20
+    assert climb.observe(0.9) is not None
+
     off = RepetitionAlert(0.0)  # monitor.repetition_alert=0: off
     assert [off.observe(r) for r in (0.0, 1.0)] == [None, None]
 
