@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -16,6 +17,15 @@ from grpo_cli.config.schema import TinyModelConfig
 from grpo_cli.models import build_tiny_model
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The Ctrl-C tests press Ctrl-C in this process and in `grpo` subprocesses. A shell without job
+    control starts background commands (`bash .ci/run &`) with SIGINT ignored, and an ignored signal
+    stays ignored across exec: every interrupt would vanish and those tests fail. Take the default
+    back, as an interactive run has it (a subprocess then starts with Python's own handler)."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
