@@ -20,8 +20,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from grpo_cli.config.eval_checks import validate_eval
 from grpo_cli.config.schema import EvalConfig
-from grpo_cli.config.validate import validate_eval
 from grpo_cli.core.precision import effective_precision, weights_dtype
 from grpo_cli.data import load_examples
 from grpo_cli.errors import GrpoError

@@ -26,7 +26,7 @@ import torch
 from omegaconf import OmegaConf
 
 from grpo_cli.config import TrainConfig
-from grpo_cli.config.validate import validate
+from grpo_cli.config.train_checks import validate
 from grpo_cli.errors import GrpoError
 from grpo_cli.training.distributed import World, check_divisible, launched_processes
 

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from grpo_cli.commands.plugins import check_hydra_override, require_plugin
-from grpo_cli.config.validate import check_key
+from grpo_cli.config.keys import check_key
 from grpo_cli.errors import GrpoError
 
 _ABSENT = object()  # OmegaConf.select's default: the schema has no node at that key

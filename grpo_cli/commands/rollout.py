@@ -20,8 +20,8 @@ from rich.markup import escape
 
 from grpo_cli import __version__
 from grpo_cli.commands.train import EXIT_INTERRUPTED
+from grpo_cli.config.rollout_checks import validate_rollout
 from grpo_cli.config.schema import PrecisionConfig, RolloutRunConfig
-from grpo_cli.config.validate import validate_rollout
 from grpo_cli.data import load_examples
 from grpo_cli.models import pick_device, set_cpu_threads
 from grpo_cli.monitor.progress import PromptProgress

@@ -20,7 +20,7 @@ from typing import Any, TextIO
 
 import torch
 
-from grpo_cli.config.validate import flatten
+from grpo_cli.config.dotted import flatten
 from grpo_cli.data.jsonl import iter_jsonl
 from grpo_cli.errors import GrpoError
 from grpo_cli.rollout.base import Rollout

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from grpo_cli.config.schema import TrainConfig
-from grpo_cli.config.validate import validate
+from grpo_cli.config.train_checks import validate
 from grpo_cli.core.advantages import group_advantages
 from grpo_cli.core.checkpoint import (
     BASE_MODEL_KEY,

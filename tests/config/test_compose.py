@@ -17,9 +17,13 @@ from hydra import compose, initialize_config_dir, initialize_config_module
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_cli.commands.entry import register_schemas
-from grpo_cli.config import TrainConfig, apply_smoke, validate
+from grpo_cli.config import TrainConfig
+from grpo_cli.config.dotted import flatten
+from grpo_cli.config.eval_checks import validate_eval
+from grpo_cli.config.rollout_checks import validate_rollout
 from grpo_cli.config.schema import EvalConfig, ExportConfig, RolloutRunConfig, ScoreConfig
-from grpo_cli.config.validate import flatten, validate_eval, validate_rollout
+from grpo_cli.config.smoke import apply_smoke
+from grpo_cli.config.train_checks import validate
 from grpo_cli.rewards import resolve_reward_sources
 from tests.conftest import REPO, read_metrics, run_grpo
 

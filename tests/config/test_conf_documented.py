@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from grpo_cli.config.keys import leaf_keys
 from grpo_cli.config.schema import EvalConfig, ExportConfig, RolloutRunConfig, ScoreConfig, TrainConfig
-from grpo_cli.config.validate import leaf_keys
 from tests.conftest import REPO, run_grpo
 
 CONF = REPO / "conf"

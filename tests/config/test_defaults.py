@@ -12,9 +12,9 @@ import dataclasses
 import pytest
 from omegaconf import OmegaConf
 
-from grpo_cli.config import validate
+from grpo_cli.config.dotted import flatten
 from grpo_cli.config.schema import EvalConfig, ExportConfig, RolloutRunConfig, ScoreConfig, TrainConfig
-from grpo_cli.config.validate import flatten
+from grpo_cli.config.train_checks import validate
 from tests.conftest import run_grpo
 
 

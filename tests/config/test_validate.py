@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from grpo_cli.config.keys import check_key
 from grpo_cli.config.schema import RewardConfig, RewardFunctionConfig, TrainConfig
-from grpo_cli.config.validate import check_key, validate
+from grpo_cli.config.train_checks import validate
 from grpo_cli.errors import GrpoError
 
 

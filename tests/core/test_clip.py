@@ -9,7 +9,7 @@ import math
 import pytest
 
 from grpo_cli.config.schema import AdaptiveClipConfig, AlgoConfig, TrainConfig
-from grpo_cli.config.validate import validate
+from grpo_cli.config.train_checks import validate
 from grpo_cli.core.clip import AdaptiveClip
 from grpo_cli.errors import GrpoError
 

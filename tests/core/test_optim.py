@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from grpo_cli.config.schema import OptimConfig, TrainConfig
-from grpo_cli.config.validate import validate
+from grpo_cli.config.train_checks import validate
 from grpo_cli.core.optim import build_optimizer, completions_per_step, effective_lr
 from grpo_cli.errors import GrpoError
 

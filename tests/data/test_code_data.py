@@ -13,8 +13,8 @@ from importlib.resources import files
 from hydra import compose, initialize_config_module
 
 from grpo_cli.commands.entry import register_schemas
+from grpo_cli.config.checks import CHOICES
 from grpo_cli.config.schema import DataConfig
-from grpo_cli.config.validate import CHOICES
 from grpo_cli.data import load_examples, split_examples
 
 EXAMPLES = load_examples(DataConfig(kind="code"))

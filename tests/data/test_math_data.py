@@ -8,8 +8,8 @@ from importlib.resources import files
 
 import pytest
 
+from grpo_cli.config.checks import CHOICES
 from grpo_cli.config.schema import DataConfig
-from grpo_cli.config.validate import CHOICES
 from grpo_cli.data import load_examples, split_examples
 from grpo_cli.rewards.math_answer import math_answer
 from tests.conftest import read_metrics, run_grpo

@@ -13,8 +13,9 @@ import pytest
 
 from grpo_cli.commands.plot import DEFAULT_OVERLAY, plot
 from grpo_cli.commands.score import run_score
-from grpo_cli.config import TrainConfig, apply_smoke
+from grpo_cli.config import TrainConfig
 from grpo_cli.config.schema import ScoreConfig
+from grpo_cli.config.smoke import apply_smoke
 from grpo_cli.errors import GrpoError
 from grpo_cli.monitor import MetricsFile, StepResult
 from grpo_cli.monitor.files import read_metrics_rows

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from grpo_cli.config.generation_checks import validate_generation
 from grpo_cli.config.schema import ModelConfig
-from grpo_cli.config.validate import validate_generation
 from grpo_cli.errors import GrpoError
 from grpo_cli.model_source import load_gguf, model_directory
 from tests.real_model.conftest import smollm2_config

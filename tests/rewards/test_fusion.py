@@ -8,7 +8,7 @@ import math
 import pytest
 
 from grpo_cli.config.schema import RewardConfig, RewardFunctionConfig, SandboxConfig, TrainConfig
-from grpo_cli.config.validate import validate
+from grpo_cli.config.train_checks import validate
 from grpo_cli.errors import GrpoError
 from grpo_cli.rewards import (
     BatchScores,

@@ -13,8 +13,8 @@ from omegaconf import OmegaConf
 from rich.console import Console
 
 from grpo_cli.commands.entry import register_schemas
-from grpo_cli.config import validate
 from grpo_cli.config.schema import CurriculumConfig, CurriculumPhase, RewardFunctionConfig, TrainConfig
+from grpo_cli.config.train_checks import validate
 from grpo_cli.errors import GrpoError
 from grpo_cli.rewards import RewardFusion, RewardSource
 from grpo_cli.rewards.builtin import exact_match

@@ -12,7 +12,7 @@ from safetensors import safe_open
 from transformers import AutoModelForCausalLM
 
 from grpo_cli.config.schema import TrainConfig
-from grpo_cli.config.validate import validate
+from grpo_cli.config.train_checks import validate
 from grpo_cli.errors import GrpoError
 from grpo_cli.models import AdaptersOff, load_policy
 from grpo_cli.training import GRPOTrainer

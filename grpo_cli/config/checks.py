@@ -1,0 +1,75 @@
+"""What every command's value checks share: the enumerated settings and the one error shape.
+
+Type errors are caught by OmegaConf against the schema; the checks catch what types cannot say
+(ranges, enumerations, paths). Each command's own checks live in its `*_checks` module and build
+on these, so `invalid value KEY=VALUE: why` reads the same from every command.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from grpo_cli.config.schema import (
+    CONSOLES,
+    CURRICULA,
+    INTERPOLATIONS,
+    LAYOUTS,
+    LONG_PROMPT_POLICIES,
+    LR_SCALINGS,
+    ROLLOUT_BACKENDS,
+    ROLLOUT_LOOPS,
+    DataConfig,
+    RewardConfig,
+)
+from grpo_cli.errors import GrpoError
+
+CHOICES = {
+    "model.kind": ("tiny", "hf"),
+    "model.dtype": ("auto", "fp32", "bf16", "fp16"),
+    "data.kind": ("arithmetic", "jsonl", "math", "code"),
+    "data.on_long_prompt": LONG_PROMPT_POLICIES,
+    "precision.dtype": ("fp32", "bf16", "fp16"),
+    "guard.action": ("warn", "pause", "stop"),
+    "algo.loss_type": ("grpo", "bnpo", "dr_grpo", "dapo"),
+    "algo.scale_rewards": ("group", "batch", "none"),
+    "algo.ratio_level": ("token", "sequence"),
+    "algo.kl_estimator": ("k1", "k2", "k3"),
+    "optim.scheduler": ("constant", "cosine", "linear"),
+    "optim.lr_scaling": LR_SCALINGS,
+    "rollout.backend": ROLLOUT_BACKENDS,
+    "rollout.loop": ROLLOUT_LOOPS,
+    "train.layout": LAYOUTS,
+    "curriculum.name": CURRICULA,
+    "curriculum.interpolate": INTERPOLATIONS,
+    "reward.aggregation": ("weighted_mean", "normalize_then_sum"),
+    "sandbox.backend": ("auto", "bwrap", "unshare", "process"),
+    "monitor.console": CONSOLES,
+}
+
+
+def fail(key: str, value: object, why: str) -> None:
+    raise GrpoError(f"invalid value {key}={value!r}: {why}")
+
+
+def check_choice(key: str, value: object, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        close = difflib.get_close_matches(str(value), allowed, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        fail(key, value, f"must be one of {', '.join(allowed)}{hint}")
+
+
+def check_at_least_one(values: dict[str, int]) -> None:
+    """Counts of things (steps, prompts, workers) keyed by their config key."""
+    for key, value in values.items():
+        if value < 1:
+            fail(key, value, "must be at least 1")
+
+
+def check_split_selects(split: str, data: DataConfig) -> None:
+    if split == "eval" and data.eval_fraction == 0:
+        raise GrpoError("split=eval selects nothing with data.eval_fraction=0: set data.eval_fraction > 0")
+
+
+def check_rewards_chosen(reward: RewardConfig) -> None:
+    if not reward.functions:
+        raise GrpoError("reward.functions is empty: choose a reward, e.g. reward=arithmetic")

@@ -1,0 +1,78 @@
+"""The value checks of every command that samples from a model on a data set: train, rollout, and
+eval when it generates.
+
+Its own module because three commands share it: each command's module calls `validate_generation`
+and adds its own checks.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from grpo_cli.config.checks import CHOICES, check_choice, fail
+from grpo_cli.config.schema import DataConfig, ModelConfig, RolloutConfig
+from grpo_cli.errors import GrpoError
+
+
+def validate_generation(model: ModelConfig, data: DataConfig, rollout: RolloutConfig) -> None:
+    """The checks of every command that samples from a model on a data set (train, rollout)."""
+    choices = {
+        "model.kind": model.kind,
+        "model.dtype": model.dtype,
+        "data.kind": data.kind,
+        "data.on_long_prompt": data.on_long_prompt,
+        "rollout.backend": rollout.backend,
+        "rollout.loop": rollout.loop,
+    }
+    for key, value in choices.items():
+        check_choice(key, value, CHOICES[key])
+    _check_sampling(rollout)
+    _check_fractions(data)
+    _check_model(model)
+    _check_data_file(data)
+
+
+def _check_sampling(rollout: RolloutConfig) -> None:
+    if rollout.max_new_tokens < 1:
+        fail("rollout.max_new_tokens", rollout.max_new_tokens, "must be at least 1")
+    if not 0 <= rollout.min_new_tokens <= rollout.max_new_tokens:
+        fail(
+            "rollout.min_new_tokens",
+            rollout.min_new_tokens,
+            f"must be in [0, rollout.max_new_tokens={rollout.max_new_tokens}]",
+        )
+    if rollout.temperature <= 0:
+        fail("rollout.temperature", rollout.temperature, "must be > 0")
+    if not 0 < rollout.top_p <= 1:
+        fail("rollout.top_p", rollout.top_p, "must be in (0, 1]")
+    if rollout.top_k < 0:
+        fail("rollout.top_k", rollout.top_k, "must be >= 0 (0 disables top-k)")
+
+
+def _check_fractions(data: DataConfig) -> None:
+    if not 0 < data.fraction <= 1:
+        fail("data.fraction", data.fraction, "must be in (0, 1]")
+    if not 0 <= data.eval_fraction < 1:
+        fail("data.eval_fraction", data.eval_fraction, "must be in [0, 1)")
+
+
+def _check_model(model: ModelConfig) -> None:
+    if model.kind == "tiny" and model.tiny.hidden_size % model.tiny.num_heads:  # attention splits the width
+        fail(
+            "model.tiny.hidden_size",
+            model.tiny.hidden_size,
+            f"must be a multiple of model.tiny.num_heads={model.tiny.num_heads}",
+        )
+    if model.kind == "hf" and (model.path or not model.package):  # model.path wins over model.package
+        if not model.path:
+            raise GrpoError("model=hf needs model.path=DIR (a local Hugging Face model directory or a .gguf file)")
+        if not (Path(model.path).is_dir() or (model.path.lower().endswith(".gguf") and Path(model.path).is_file())):
+            raise GrpoError(f"model.path={model.path}: no such directory (nor a .gguf file)")
+
+
+def _check_data_file(data: DataConfig) -> None:
+    if data.kind == "jsonl":
+        if not data.path:
+            raise GrpoError("data=jsonl needs data.path=FILE")
+        if not Path(data.path).is_file():
+            raise GrpoError(f"data.path={data.path}: no such file")

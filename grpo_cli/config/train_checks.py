@@ -1,0 +1,222 @@
+"""The value checks of `grpo train`: every section of the training config, failing before any
+model is built, and the warnings for legal but doubtful values.
+
+Its own module because training checks far more than the commands that only sample or score; each
+section's checks are a small function, called in the order the errors have always come in.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from grpo_cli.config.checks import CHOICES, check_at_least_one, check_choice, check_rewards_chosen, fail
+from grpo_cli.config.generation_checks import validate_generation
+from grpo_cli.config.schema import (
+    NORMALIZATIONS,
+    TRACKERS,
+    DistributedConfig,
+    GuardConfig,
+    ModelConfig,
+    MonitorConfig,
+    OptimConfig,
+    PrecisionConfig,
+    RewardConfig,
+    SandboxConfig,
+    TrainConfig,
+)
+from grpo_cli.errors import GrpoError
+
+
+def validate(cfg: TrainConfig) -> list[str]:
+    """Reject impossible values; return warnings for legal but doubtful ones."""
+    for key, allowed in CHOICES.items():
+        section, name = key.split(".")
+        check_choice(key, getattr(getattr(cfg, section), name), allowed)
+    _check_precision(cfg.precision)
+    _check_guard(cfg.guard)
+    _check_counts(cfg)
+    _check_distributed(cfg.distributed)
+    _check_objective(cfg)
+    validate_generation(cfg.model, cfg.data, cfg.rollout)
+    _check_optim(cfg.optim)
+    _check_adaptive_clip(cfg)
+    _check_lora(cfg.model)
+    _check_mini_batches(cfg)
+    _check_monitor(cfg.monitor)
+    _check_sandbox(cfg.sandbox)
+    _check_reward(cfg.reward)
+    return _warnings(cfg)
+
+
+def _check_precision(precision: PrecisionConfig) -> None:
+    if precision.dtype == "fp16" and precision.autocast and not precision.grad_scaler:
+        raise GrpoError(
+            "precision.dtype=fp16 with precision.autocast=true needs precision.grad_scaler=true: without a "
+            "gradient scaler fp16 gradients underflow to zero. Use precision=fp16 (which sets it) or precision=bf16"
+        )
+
+
+def _check_guard(guard: GuardConfig) -> None:
+    if guard.reward_cv_threshold <= 0:
+        fail("guard.reward_cv_threshold", guard.reward_cv_threshold, "must be > 0")
+    if guard.min_abs_mean < 0:
+        fail("guard.min_abs_mean", guard.min_abs_mean, "must be >= 0")
+
+
+def _check_counts(cfg: TrainConfig) -> None:
+    check_at_least_one(
+        {
+            "train.steps": cfg.train.steps,
+            "train.prompts_per_step": cfg.train.prompts_per_step,
+            "train.grad_accum_steps": cfg.train.grad_accum_steps,
+            "algo.num_iterations": cfg.algo.num_iterations,
+            "algo.mini_batches": cfg.algo.mini_batches,
+            "guard.patience": cfg.guard.patience,
+            "guard.max_skipped_steps": cfg.guard.max_skipped_steps,
+            "sandbox.workers": cfg.sandbox.workers,
+            "reward.max_consecutive_failures": cfg.reward.max_consecutive_failures,
+            "monitor.print_every": cfg.monitor.print_every,
+            "distributed.num_processes": cfg.distributed.num_processes,
+        }
+    )
+
+
+def _check_distributed(distributed: DistributedConfig) -> None:
+    if not 0 <= distributed.main_process_port <= 65535:
+        fail("distributed.main_process_port", distributed.main_process_port, "must be a port, 0 for a free one")
+    if distributed.accelerate_config and not Path(distributed.accelerate_config).is_file():
+        fail("distributed.accelerate_config", distributed.accelerate_config, "is not a file")
+
+
+def _check_objective(cfg: TrainConfig) -> None:
+    """What the GRPO update itself needs: groups to compare within, a step size, a clip range, a KL weight."""
+    g = cfg.rollout.num_generations
+    if g < 2:
+        fail("rollout.num_generations", g, "group-relative advantages need at least 2 per prompt")
+    if cfg.optim.lr <= 0:
+        fail("optim.lr", cfg.optim.lr, "must be > 0")
+    for key in ("epsilon_low", "epsilon_high"):
+        if getattr(cfg.algo, key) <= 0:
+            fail(f"algo.{key}", getattr(cfg.algo, key), "must be > 0")
+    if cfg.algo.epsilon_low >= 1:
+        fail("algo.epsilon_low", cfg.algo.epsilon_low, "must be < 1 (the ratio is clipped at 1 - epsilon_low)")
+    if cfg.algo.beta < 0:
+        fail("algo.beta", cfg.algo.beta, "must be >= 0")
+
+
+def _check_optim(optim: OptimConfig) -> None:
+    if optim.max_grad_norm < 0:
+        fail("optim.max_grad_norm", optim.max_grad_norm, "must be >= 0 (0 disables clipping)")
+    if len(optim.betas) != 2 or not all(0 <= b < 1 for b in optim.betas):
+        fail("optim.betas", list(optim.betas), "must be two numbers in [0, 1)")
+    if optim.reference_batch < 0 or (optim.lr_scaling != "none" and optim.reference_batch == 0):
+        fail(
+            "optim.reference_batch",
+            optim.reference_batch,
+            f"optim.lr_scaling={optim.lr_scaling} needs the completions per optimizer step optim.lr was "
+            "tuned for (> 0), e.g. train.prompts_per_step·rollout.num_generations/algo.mini_batches of that run",
+        )
+
+
+def _check_adaptive_clip(cfg: TrainConfig) -> None:
+    """algo.adaptive_clip: checked even while disabled, so enabling it later cannot surprise."""
+    clip = cfg.algo.adaptive_clip
+    for name in ("base", "min", "max"):
+        if getattr(clip, name) <= 0:
+            fail(f"algo.adaptive_clip.{name}", getattr(clip, name), "must be > 0")
+    if clip.max >= 1:
+        fail("algo.adaptive_clip.max", clip.max, "must be < 1 (the ratio is clipped at 1 - epsilon)")
+    if clip.min > clip.base:
+        fail("algo.adaptive_clip.min", clip.min, f"must be <= algo.adaptive_clip.base ({clip.base})")
+    if clip.base > clip.max:
+        fail("algo.adaptive_clip.base", clip.base, f"must be <= algo.adaptive_clip.max ({clip.max})")
+    if clip.window < 2:
+        fail("algo.adaptive_clip.window", clip.window, "must be at least 2 (a std needs two batch means)")
+    if clip.alpha < 0:
+        fail("algo.adaptive_clip.alpha", clip.alpha, "must be >= 0 (0: always base)")
+
+
+def _check_lora(model: ModelConfig) -> None:
+    """model.lora: checked even while disabled, so enabling it later cannot surprise."""
+    lora = model.lora
+    if lora.r < 1:
+        fail("model.lora.r", lora.r, "must be at least 1")
+    if lora.alpha <= 0:
+        fail("model.lora.alpha", lora.alpha, "must be > 0 (the update is scaled by alpha / r)")
+    if not 0 <= lora.dropout < 1:
+        fail("model.lora.dropout", lora.dropout, "must be in [0, 1)")
+    if not lora.target_modules or not all(isinstance(m, str) and m for m in lora.target_modules):
+        fail(
+            "model.lora.target_modules",
+            list(lora.target_modules),
+            "must name at least one module, e.g. [q_proj, k_proj, v_proj, o_proj]",
+        )
+
+
+def _check_mini_batches(cfg: TrainConfig) -> None:
+    # Each process splits its own share of the groups: 4 prompts over 2 processes leave 2 per process
+    # (a share that does not divide evenly is refused by training.distributed.check_divisible).
+    processes = cfg.distributed.num_processes
+    share = cfg.train.prompts_per_step // processes if cfg.train.prompts_per_step % processes == 0 else None
+    if share is not None and cfg.algo.mini_batches > share:
+        per_process = "" if processes == 1 else f" / distributed.num_processes={processes} = {share} per process"
+        fail(
+            "algo.mini_batches",
+            cfg.algo.mini_batches,
+            f"cannot exceed the prompts each process holds per step (train.prompts_per_step="
+            f"{cfg.train.prompts_per_step}{per_process}): mini-batches hold whole groups",
+        )
+
+
+def _check_monitor(monitor: MonitorConfig) -> None:
+    for i, tracker in enumerate(monitor.trackers):
+        check_choice(f"monitor.trackers[{i}]", tracker, TRACKERS)
+    for key in ("repetition_alert", "nan_alert"):
+        if not 0 <= getattr(monitor, key) <= 1:
+            fail(f"monitor.{key}", getattr(monitor, key), "must be in [0, 1] (0: off)")
+    if monitor.hacking_alert < 0:
+        fail("monitor.hacking_alert", monitor.hacking_alert, "must be >= 0, in reward units (0: off)")
+    if monitor.hacking_window < 1:
+        fail("monitor.hacking_window", monitor.hacking_window, "must be >= 1 (steps)")
+    for key in ("log_completions_every", "num_completions_to_print"):
+        if getattr(monitor, key) < 0:
+            fail(f"monitor.{key}", getattr(monitor, key), "must be >= 0 (0: never)")
+
+
+def _check_sandbox(sandbox: SandboxConfig) -> None:
+    if sandbox.timeout_s <= 0:
+        fail("sandbox.timeout_s", sandbox.timeout_s, "must be > 0")
+    if sandbox.memory_mb < 32:
+        fail("sandbox.memory_mb", sandbox.memory_mb, "must be at least 32 (the interpreter alone needs ~10)")
+
+
+def _check_reward(reward: RewardConfig) -> None:
+    if reward.num_workers < 0:
+        fail("reward.num_workers", reward.num_workers, "must be >= 0 (0 scores in the trainer's process)")
+    check_rewards_chosen(reward)
+    for i, fn in enumerate(reward.functions):
+        if fn.weight < 0:
+            fail(f"reward.functions[{i}].weight", fn.weight, "must be >= 0")
+        if fn.normalize is not None:
+            check_choice(f"reward.functions[{i}].normalize", fn.normalize, NORMALIZATIONS)
+        if fn.ema_momentum is not None and not 0 <= fn.ema_momentum < 1:
+            fail(f"reward.functions[{i}].ema_momentum", fn.ema_momentum, "must be in [0, 1) (null: the default)")
+    if not 0 <= reward.ema_momentum < 1:
+        fail("reward.ema_momentum", reward.ema_momentum, "must be in [0, 1); 0.9-0.99 typical")
+
+
+def _warnings(cfg: TrainConfig) -> list[str]:
+    warnings = []
+    g = cfg.rollout.num_generations
+    if not 4 <= g <= 64:
+        warnings.append(
+            f"rollout.num_generations={g}: groups under 4 give an unreliable std, over 64 make "
+            "rollouts dominate the step"
+        )
+    clip = cfg.algo.adaptive_clip
+    if clip.enabled and not 0.5 <= clip.base / cfg.algo.epsilon_low <= 2:
+        warnings.append(
+            f"algo.adaptive_clip.base={clip.base} replaces algo.epsilon_low={cfg.algo.epsilon_low} while "
+            "adaptive clipping is on: set base (and min, max) to this preset's scale"
+        )
+    return warnings
