@@ -25,8 +25,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from importlib.resources import files
 
-from grpo_cli.rewards.code.rewards import TASK_COLUMNS, close_sandboxes, code_tests, sandbox_backend
+from grpo_cli.rewards.code.batch import close_sandboxes, sandbox_backend
 from grpo_cli.rewards.code.sandbox import HarnessFault
+from grpo_cli.rewards.code.sandboxed_rewards import TASK_COLUMNS, code_tests
 
 HOSTILE_BODIES = {  # function tasks get these as the body; stdin/stdout tasks as the program (dedented)
     "infinite loop": "    while True:\n        pass\n",

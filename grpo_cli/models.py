@@ -27,8 +27,8 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from grpo_cli.checkpoint import COMPLETE_MARKER, base_model_dir, read_trainer_state
 from grpo_cli.config.schema import LoraConfig, ModelConfig, TinyModelConfig
-from grpo_cli.core.checkpoint import COMPLETE_MARKER, base_model_dir, read_trainer_state
 from grpo_cli.errors import GrpoError
 from grpo_cli.model_source import model_directory
 

@@ -1,5 +1,5 @@
 """The statistics every stage shares: NaN-aware moments, the std epsilon, EMA and Welford
-moments, and the weight-effect shares (DESIGN.md §3).
+moments, and the weight-effect shares (docs/architecture.md §3).
 
 Plain Python on lists of floats, no torch: rewards, scoring and the trainer all import it, and a
 figure computed in two places must be computed by the same code.

@@ -47,7 +47,7 @@ def cannot_write_errors(run_dir: Path, checkpoints: bool) -> Iterator[None]:
             raise
         message = f"{err.filename or run_dir}: {err.strerror} ({errno.errorcode[err.errno]}); the run stopped"
         if checkpoints:
-            from grpo_cli.core.checkpoint import latest_checkpoint
+            from grpo_cli.checkpoint import latest_checkpoint
 
             latest = latest_checkpoint(run_dir)
             message += (

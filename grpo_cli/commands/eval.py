@@ -37,7 +37,7 @@ from grpo_cli.training.state import seed_everything
 
 log = logging.getLogger("grpo")
 transformers.utils.logging.disable_progress_bar()
-FINISH_TRUNCATED = {"length": True, "stop": False}  # the rollouts contract's finish_reason (DESIGN.md §7)
+FINISH_TRUNCATED = {"length": True, "stop": False}  # the rollouts contract's finish_reason (docs/architecture.md §6)
 
 
 def _generated(
@@ -169,9 +169,9 @@ def run_eval(cfg: EvalConfig, run_dir: Path) -> float:
     seed_everything(cfg.seed)
     other = load_eval(cfg.compare) if cfg.compare else None  # a wrong path fails before any work
     sources = resolve_reward_sources(cfg.reward.functions, cfg.device, cfg.sandbox)
-    rule = SuccessRule.resolve([s.name for s in sources], cfg.eval.success, cfg.eval.success_threshold)
+    rule = SuccessRule.resolve([s.name for s in sources], cfg.eval)
     diagnostics = reward_diagnostics(sources)  # e.g. the sandbox backend
-    fusion = RewardFusion(sources, cfg.reward.max_consecutive_failures, cfg.reward.aggregation, cfg.reward.ema_momentum)
+    fusion = RewardFusion.from_config(sources, cfg.reward)
     with RewardExecutor(cfg.reward.num_workers, cfg.reward.timeout_s) as executor:
         if cfg.input:
             samples, greedy, origin = _from_file(cfg, fusion, executor)

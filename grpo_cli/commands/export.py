@@ -27,8 +27,8 @@ from peft.tuners.tuners_utils import BaseTunerLayer
 from rich.console import Console
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
+from grpo_cli.checkpoint import base_model_dir, is_complete, latest_checkpoint, read_trainer_state, run_dir_of
 from grpo_cli.config.schema import EXPORT_DTYPES, ExportConfig
-from grpo_cli.core.checkpoint import base_model_dir, is_complete, latest_checkpoint, read_trainer_state, run_dir_of
 from grpo_cli.errors import GrpoError
 from grpo_cli.model_source import is_gguf, load_gguf
 from grpo_cli.models import DTYPES, is_adapter_dir, load_weights

@@ -48,7 +48,7 @@ def run_score(cfg: ScoreConfig, run_dir: Path | None = None) -> float:
         raise GrpoError("reward.functions is empty: choose a reward, e.g. reward=math")
     sources = resolve_reward_sources(cfg.reward.functions, sandbox=cfg.sandbox)
     diagnostics = reward_diagnostics(sources)  # e.g. the sandbox backend, also in score_summary.json
-    fusion = RewardFusion(sources, cfg.reward.max_consecutive_failures, cfg.reward.aggregation, cfg.reward.ema_momentum)
+    fusion = RewardFusion.from_config(sources, cfg.reward)
     count_tokens = None
     if cfg.tokenizer:
         from grpo_cli.models import load_tokenizer  # transformers only when asked to count

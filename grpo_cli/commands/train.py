@@ -15,11 +15,11 @@ import transformers
 from rich.console import Console
 from rich.markup import escape
 
+from grpo_cli.checkpoint import latest_checkpoint
 from grpo_cli.commands.launch import WORKER_ENV, join_world, launch_workers, objective, write_resolved_config
 from grpo_cli.config import TrainConfig
 from grpo_cli.config.dotted import flatten
 from grpo_cli.config.smoke import apply_smoke
-from grpo_cli.core.checkpoint import latest_checkpoint
 from grpo_cli.monitor import (
     CompletionLog,
     MetricsFile,

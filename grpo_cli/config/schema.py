@@ -116,7 +116,7 @@ class RewardConfig:
 
 @dataclass
 class SandboxConfig:
-    """`sandbox.*`: where rewards that run model-written code run it (DESIGN.md §6). A reward
+    """`sandbox.*`: where rewards that run model-written code run it (docs/architecture.md §5). A reward
     function that declares `takes_sandbox_settings` gets these as keyword defaults; its own
     `kwargs` win."""
 
@@ -150,7 +150,7 @@ class PrecisionConfig:
 
 @dataclass
 class AdaptiveClipConfig:
-    """`algo.adaptive_clip`: ε_t = base·(1 + alpha·(R_t − R̄)/σ_R), clamped to [min, max] (DESIGN.md §3,
+    """`algo.adaptive_clip`: ε_t = base·(1 + alpha·(R_t − R̄)/σ_R), clamped to [min, max] (docs/architecture.md §3,
     seed 001); it replaces epsilon_low while enabled, and epsilon_high keeps its ratio to epsilon_low."""
 
     enabled: bool = False
@@ -243,7 +243,7 @@ class TrainLoopConfig:
 
 @dataclass
 class GuardConfig:
-    """`guard.*`: stop a run that has gone unstable instead of training on noise (DESIGN.md §3)."""
+    """`guard.*`: stop a run that has gone unstable instead of training on noise (docs/architecture.md §3)."""
 
     # batch raw reward std / |mean| above this counts as an unstable batch. Seed 001 says 0.5, but a
     # healthy default run (sparse exact answers plus partial credit) sits at 0.2-1.2, median 0.62, and

@@ -1,4 +1,4 @@
-"""Group-relative advantages (DESIGN.md §3, as TRL computes them)."""
+"""Group-relative advantages (docs/architecture.md §3, as TRL computes them)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Adaptive clipping: the PPO clip range follows the reward trend (DESIGN.md §3, seed 001).
+"""Adaptive clipping: the PPO clip range follows the reward trend (docs/architecture.md §3, seed 001).
 
 ε_t = base · (1 + α·(R_t − R̄)/σ_R), clamped to [min, max]. R_t is this step's batch mean reward;
 R̄ and σ_R are the mean and unbiased std of the previous `window` batch means (R_t not among them).

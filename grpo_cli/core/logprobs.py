@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
-from grpo_cli.core.packing import pack
+from grpo_cli.core.packing import choose_layout, pack
+from grpo_cli.core.parallel import unwrap
+
+PACKABLE_ATTENTION = ("eager", "sdpa")  # attention implementations that use a 4-D mask as given: auto may pack
 
 # Logit elements upcast to float32 at once (2**25: 128 MiB): about 220 rows of a 150k vocabulary.
 # A full-vocabulary fp32 copy of every row would be [B, C, V] * 4 bytes, gigabytes for a real model.
@@ -155,3 +160,39 @@ def packed_completion_logprobs_and_entropy(
     ).logits
     picked = logits[batch.source_row, batch.source_position]  # [B, C, V]: where each token was predicted
     return token_logprobs_and_entropy(picked, completion_ids, temperature, with_entropy=with_entropy)
+
+
+class RolloutRows(Protocol):
+    """What the update reads of a rollout batch (rollout.base.Rollout has it): G completions per
+    prompt, group by group, prompts left-padded and completions right-padded."""
+
+    prompt_ids: torch.Tensor  # [N, P]
+    prompt_mask: torch.Tensor  # [N, P]
+    completion_ids: torch.Tensor  # [N, C]
+    completion_mask: torch.Tensor  # [N, C]
+    group_size: int  # G: rows g*G .. g*G+G-1 share a prompt
+
+
+def rows_logprobs(
+    model: torch.nn.Module,
+    rollout: RolloutRows,
+    rows: torch.Tensor,
+    temperature: float,
+    layout: str,
+    with_entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs (and entropies) [len(rows), C] of these rollout rows, in the layout `layout`
+    picks for them (`core.packing.choose_layout`): the one forward pass every update pass makes."""
+    prompt_ids, prompt_mask = rollout.prompt_ids[rows], rollout.prompt_mask[rows]
+    completion_ids, completion_mask = rollout.completion_ids[rows], rollout.completion_mask[rows]
+    groups = rows // rollout.group_size
+    config = unwrap(model).config
+    if layout == "auto" and getattr(config, "_attn_implementation", None) not in PACKABLE_ATTENTION:
+        layout = "padded"  # e.g. flash attention takes no 4-D mask
+    if choose_layout(layout, prompt_mask, completion_mask, groups, config.hidden_size) == "packed":
+        return packed_completion_logprobs_and_entropy(
+            model, prompt_ids, prompt_mask, completion_ids, completion_mask, groups, temperature, with_entropy
+        )
+    return completion_logprobs_and_entropy(
+        model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature, with_entropy
+    )

@@ -1,4 +1,4 @@
-"""The per-token GRPO objective and its aggregation (DESIGN.md §3)."""
+"""The per-token GRPO objective and its aggregation (docs/architecture.md §3)."""
 
 from __future__ import annotations
 
@@ -65,6 +65,18 @@ class LossNormalizer:
     tokens: int
     max_new_tokens: int
     micro_batches: int
+
+
+def completion_loss_mask(
+    completion_mask: torch.Tensor, truncated: torch.Tensor, rewards: torch.Tensor, mask_truncated: bool
+) -> torch.Tensor:
+    """[N, C] the tokens the loss counts: unscorable completions (fused reward NaN) leave the loss and
+    its denominators; with `mask_truncated` (DAPO's overlong filtering) so do truncated ones."""
+    scorable = (~torch.isnan(rewards)).float()
+    mask = completion_mask.float() * scorable.unsqueeze(1)
+    if mask_truncated:
+        mask = mask * (~truncated).float().unsqueeze(1)
+    return mask
 
 
 def aggregate_loss(

@@ -25,7 +25,7 @@ def completions_per_step(prompts_per_step: int, num_generations: int, mini_batch
 
 def effective_lr(optim: OptimConfig, completions_per_optimizer_step: float) -> float:
     """optim.lr scaled from the batch it was tuned for (optim.reference_batch) to this one, B
-    (DESIGN.md §3, seed 001): `sqrt` lr·sqrt(B/B_ref) (the noise of an Adam step falls as 1/sqrt(B)),
+    (docs/architecture.md §3, seed 001): `sqrt` lr·sqrt(B/B_ref) (the noise of an Adam step falls as 1/sqrt(B)),
     `linear` lr·B/B_ref (the SGD rule), `none` lr.
 
     >>> effective_lr(OptimConfig(lr=1e-6, lr_scaling="sqrt", reference_batch=32), 128)

@@ -8,7 +8,7 @@ ids restart after the prompt for every completion, so each token sees exactly wh
 padded layout. Logits are gathered back into the padded [rows, C] shape the loss uses.
 
 Attention inside a packed row grows with the square of its length, so `choose_layout` keeps the
-padded layout where that would cost more than the tokens saved (DESIGN.md §3, "Training passes").
+padded layout where that would cost more than the tokens saved (docs/architecture.md §3, "Training passes").
 """
 
 from __future__ import annotations

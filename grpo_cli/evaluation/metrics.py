@@ -14,6 +14,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from grpo_cli.config.schema import EvalMetricsConfig
 from grpo_cli.errors import GrpoError
 from grpo_cli.stats import nanmean
 
@@ -53,8 +54,9 @@ class SuccessRule:
     threshold: float
 
     @classmethod
-    def resolve(cls, names: Sequence[str], success: str | None, threshold: float) -> SuccessRule:
-        """`success=None` picks the first configured function; an unknown name is the user's error."""
+    def resolve(cls, names: Sequence[str], rule: EvalMetricsConfig) -> SuccessRule:
+        """`eval.success=null` picks the first configured function; an unknown name is the user's error."""
+        success, threshold = rule.success, rule.success_threshold
         if not names:
             raise GrpoError("reward.functions is empty: no function can decide success (eval.success)")
         if success is None:

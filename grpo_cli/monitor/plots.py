@@ -48,6 +48,21 @@ PANELS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
     ("repetition", "rate", (("repetition/rate", "rate"),)),
 )
 NAN_FRAC = re.compile(r"reward/(?P<fn>[^/]+)/nan_frac")
+MAX_SWITCHES = 12  # more weight switches than this (a linear curriculum moves them every step): none drawn
+
+
+def weight_switches(rows: list[dict]) -> list[int]:
+    """Steps whose reward weights differ from the step before: where a curriculum's phase starts
+    (or failure isolation moved a masked function's weight), the moments a reward curve may jump
+    for reasons of its own."""
+    keys = sorted({key for row in rows for key in row if key.startswith("weight/")})
+    switches, previous = [], None
+    for row in rows:
+        current = tuple(row.get(key) for key in keys)
+        if previous is not None and current != previous and "step" in row:
+            switches.append(int(row["step"]))
+        previous = current
+    return switches if len(switches) <= MAX_SWITCHES else []
 
 
 def _number(value: object) -> float:
@@ -149,11 +164,18 @@ def curves_figure(runs: list[tuple[str, list[dict]]]) -> Figure:
         _draw_panel(ax, runs, title, series, palette)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
+    switched = False
+    for r, (_, rows) in enumerate(runs):
+        for step in weight_switches(rows):
+            switched = True
+            for ax in axes:  # a dotted line at each switch, in the run's colour when runs overlay
+                ax.axvline(step, color=f"C{r % 10}" if len(runs) > 1 else "0.35", linestyle=":", linewidth=1.2)
     for ax in axes[-3:]:
         ax.set_xlabel("step")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # no step 1.25 on a three-step run
     smoothed = any(len(rows) > FEW_POINTS for _, rows in runs)
     how = " (faint: raw per step; solid: moving average)" if smoothed else ""
+    how += "; dotted: reward weights switch (curriculum phases)" if switched else ""
     if len(runs) > 1:
         handles = [Line2D([], [], color=f"C{r % 10}", linewidth=2, label=label) for r, (label, _) in enumerate(runs)]
         fig.legend(handles=handles, loc="lower center", ncols=min(len(runs), 3))

@@ -1,4 +1,4 @@
-"""Fuse per-function scores into one reward per completion (DESIGN.md §3, seed 000).
+"""Fuse per-function scores into one reward per completion (docs/architecture.md §3, seed 000).
 
 Per function: normalise (`none`, `zscore`, `sigmoid`, `group_zscore`), NaN staying NaN. Then
 either `weighted_mean` (R = Σ_valid w_i r̂_i / Σ_valid w_i) or `normalize_then_sum` (group
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from grpo_cli.config.schema import NORMALIZATIONS
+from grpo_cli.config.schema import NORMALIZATIONS, RewardConfig
 from grpo_cli.errors import GrpoError
 from grpo_cli.rewards.batch import RewardBatch
 from grpo_cli.rewards.executor import BatchScores, RewardExecutor
@@ -119,6 +119,11 @@ class RewardFusion:
         self._failures = {s.name: 0 for s in self.sources}
         self._last_error: dict[str, str | None] = {s.name: None for s in self.sources}
         self.masked: list[str] = []  # in the order they were masked
+
+    @classmethod
+    def from_config(cls, sources: list[RewardSource], reward: RewardConfig) -> RewardFusion:
+        """The fusion `reward.*` asks for: train, score and eval build it the same way."""
+        return cls(sources, reward.max_consecutive_failures, reward.aggregation, reward.ema_momentum)
 
     # ---- weights -----------------------------------------------------------------------
     def _fallback_target(self, name: str) -> str | None:

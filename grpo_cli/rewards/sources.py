@@ -30,7 +30,7 @@ class RewardSource:
     name: str
     fn: Callable[..., Sequence[float | None]]
     weight: float = 1.0
-    normalize: str = "none"  # none | zscore | sigmoid | group_zscore (DESIGN.md §3)
+    normalize: str = "none"  # none | zscore | sigmoid | group_zscore (docs/architecture.md §3)
     fallback: str | None = None  # takes this source's weight once it is masked
     kwargs: dict[str, Any] = field(default_factory=dict)  # extra keyword arguments, after the data columns
     timeout_s: float | None = None  # None: the executor's default; <= 0: no limit

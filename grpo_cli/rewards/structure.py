@@ -22,7 +22,7 @@ def _well_formed(text: str) -> bool:
 def think_answer_format(prompts: list[Any], completions: list[str], **_: Any) -> list[float | None]:
     """1.0 when the completion is exactly `<think>...</think><answer>...</answer>`, else 0.0.
 
-    Strict (DESIGN.md §3, seed 004): each tag exactly once, closed, think before answer, only
+    Strict (docs/architecture.md §3, seed 004): each tag exactly once, closed, think before answer, only
     whitespace before, between and after the blocks. The answer must not be blank; the think
     block may be (Qwen3-style templates emit an empty one when thinking is off). A chat template
     that puts `<think>` into the prompt leaves the completion without it: that scores 0 here.

@@ -1,5 +1,5 @@
 """Reward-weight curricula: each reward function's weight as a function of training progress
-(DESIGN.md §3 "Curriculum", §7 `curriculum.*`).
+(docs/architecture.md §3 "Curriculum", §7 `curriculum.*`).
 
 `RewardCurriculum(cfg.curriculum, cfg.reward.functions, cfg.train.steps).weights(step)` gives
 {function name: weight} for the 0-based step about to run; the reward fusion takes it as its

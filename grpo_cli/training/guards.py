@@ -1,4 +1,4 @@
-"""Stability guards (DESIGN.md §3, seed 001): notice a run going unstable and warn, pause or stop.
+"""Stability guards (docs/architecture.md §3, seed 001): notice a run going unstable and warn, pause or stop.
 
 Two signals, both read after a step's update:
 - the batch raw reward's (training.metrics.raw_rewards: a normalised fused reward's mean is near 0

@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from grpo_cli.core.advantages import AdvantageStats
-from grpo_cli.core.update import UpdateStats
+from grpo_cli.core.update_stats import UpdateStats
 from grpo_cli.monitor.diversity import diversity_metrics, repetition_rate
 from grpo_cli.rewards import FusionResult
 from grpo_cli.rollout import Rollout

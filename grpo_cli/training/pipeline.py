@@ -54,19 +54,25 @@ def load_sampling_model(
     """Load the model and fit the prompts to its context exactly as the trainer does."""
     policy, tokenizer, model_dir = load_policy(model, run_dir, seed, device, dtype)
     encoder = PromptEncoder(tokenizer, data.max_prompt_tokens, device)
-    fitted, budget = fit_prompts(
-        {split: examples},
-        encoder,
-        data.max_prompt_tokens,
-        rollout.max_new_tokens,
-        context_length(policy),
-        data.on_long_prompt,
-    )
+    fitted, budget = fit_to_model({split: examples}, encoder, policy, data, rollout)
     kept = fitted[split][: max_prompts or None]
     if not kept:
         raise GrpoError(f"split={split} of data={data.kind} selects no prompts")
     generator, loop = make_generator(policy, tokenizer, rollout, data.max_prompt_tokens)
     return SamplingModel(Path(model_dir), encoder, generator, kept, budget, loop)
+
+
+def fit_to_model(
+    splits: dict[str, list[dict[str, Any]]],
+    encoder: PromptEncoder,
+    policy: torch.nn.Module,
+    data: DataConfig,
+    rollout: RolloutConfig,
+) -> tuple[dict[str, list[dict[str, Any]]], PromptBudget]:
+    """Each split's prompts that fit the model's context with room for `rollout.max_new_tokens`
+    (data.on_long_prompt decides the rest): train, rollout and eval cut prompts the same way."""
+    limits = data.max_prompt_tokens, rollout.max_new_tokens, context_length(policy)
+    return fit_prompts(splits, encoder, *limits, data.on_long_prompt)
 
 
 @torch.no_grad()

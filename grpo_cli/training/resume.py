@@ -7,9 +7,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from grpo_cli.checkpoint import read_trainer_state
 from grpo_cli.config.dotted import flatten
 from grpo_cli.config.schema import TrainConfig
-from grpo_cli.core.checkpoint import read_trainer_state
 from grpo_cli.errors import GrpoError
 
 # Keys a resumed run may change freely: how long it runs, what it logs and saves, where and how

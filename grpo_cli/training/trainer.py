@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -18,24 +17,14 @@ import torch
 from grpo_cli.config.schema import TrainConfig
 from grpo_cli.config.train_checks import validate
 from grpo_cli.core.advantages import group_advantages
-from grpo_cli.core.checkpoint import (
-    BASE_MODEL_KEY,
-    latest_checkpoint,
-    load_checkpoint_state,
-    resume_point,
-    save_checkpoint,
-)
 from grpo_cli.core.clip import AdaptiveClip
-from grpo_cli.core.optim import build_optimizer, completions_per_step, effective_lr
-from grpo_cli.core.precision import autocast_factory, effective_precision, gradient_scaler, weights_dtype
-from grpo_cli.core.update import UpdateSettings, policy_update
+from grpo_cli.core.loss import completion_loss_mask
+from grpo_cli.core.precision import effective_precision, weights_dtype
+from grpo_cli.core.update import UpdateBatch, policy_update
 from grpo_cli.data import PromptSampler, check_prompts_per_step, load_examples, split_examples
-from grpo_cli.errors import GrpoError
 from grpo_cli.evaluation import SuccessRule
 from grpo_cli.models import frozen_reference, load_policy, pick_device, set_cpu_threads
-from grpo_cli.monitor import Observer, StepResult, truncate_metrics
-from grpo_cli.monitor.diversity import RepetitionAlert
-from grpo_cli.monitor.hacking import HackingAlert
+from grpo_cli.monitor import Observer, StepResult
 from grpo_cli.monitor.resources import peak_memory_mib
 from grpo_cli.rewards import (
     NoRewardLeft,
@@ -46,15 +35,17 @@ from grpo_cli.rewards import (
     reward_diagnostics,
 )
 from grpo_cli.rollout import Rollout, make_generator
-from grpo_cli.rollout.prompts import PromptEncoder, context_length, fit_prompts
+from grpo_cli.rollout.prompts import PromptEncoder
 from grpo_cli.stats import nanmean
+from grpo_cli.training.alerts import StepAlerts
+from grpo_cli.training.checkpointing import Policy, RunCheckpoints
 from grpo_cli.training.curriculum import RewardCurriculum
-from grpo_cli.training.distributed import World, check_divisible, data_parallel_model
+from grpo_cli.training.distributed import World, check_divisible
 from grpo_cli.training.guards import GuardVerdict, StabilityGuard, TrainingHalted
 from grpo_cli.training.interrupt import DeferredInterrupt
-from grpo_cli.training.metrics import nan_rate_alerts, raw_rewards, step_metrics, step_samples
-from grpo_cli.training.pipeline import evaluate_greedy, generate_groups, score_rollout
-from grpo_cli.training.resume import check_resume
+from grpo_cli.training.learner import build_learner
+from grpo_cli.training.metrics import raw_rewards, step_metrics, step_samples
+from grpo_cli.training.pipeline import evaluate_greedy, fit_to_model, generate_groups, score_rollout
 from grpo_cli.training.state import RngState, TrainState, seed_everything
 
 log = logging.getLogger("grpo")
@@ -75,7 +66,7 @@ class GRPOTrainer:
         self.history: list[dict[str, Any]] = []
         self.resumed_from: Path | None = None
         self.state = TrainState()
-        self.saved_step = -1  # the step last saved (or resumed from): a data-parallel save happens once
+        self.checkpoints = RunCheckpoints(cfg, self.run_dir, self.world)
         self.interrupts = DeferredInterrupt()
 
     # ---- setup -------------------------------------------------------------------------
@@ -90,22 +81,16 @@ class GRPOTrainer:
         set_cpu_threads(cfg.train.threads, cfg.model.kind, self.device)
         # Reward functions resolve first: a wrong import path fails before any model loads.
         self.reward_sources = resolve_reward_sources(cfg.reward.functions, cfg.train.device, cfg.sandbox)
-        names = [source.name for source in self.reward_sources]  # an unknown eval.success fails here
-        self.success = SuccessRule.resolve(names, cfg.eval.success, cfg.eval.success_threshold)
+        self.success = SuccessRule.resolve([s.name for s in self.reward_sources], cfg.eval)  # a typo fails here
         self.curriculum = RewardCurriculum(cfg.curriculum, cfg.reward.functions, cfg.train.steps)
         train_examples, eval_examples = split_examples(load_examples(cfg.data), cfg.data.eval_fraction, cfg.data.seed)
         check_prompts_per_step(cfg.train.prompts_per_step, len(train_examples), len(eval_examples))  # before any model
         check_columns(self.reward_sources, list({k for ex in train_examples for k in ex if k != "prompt"}))
         # e.g. the sandbox backend: shown at start-up, in every metrics line and in the summary
         self.diagnostics = reward_diagnostics(self.reward_sources)
-        self.reward_fusion = RewardFusion(
-            self.reward_sources, cfg.reward.max_consecutive_failures, cfg.reward.aggregation, cfg.reward.ema_momentum
-        )
+        self.reward_fusion = RewardFusion.from_config(self.reward_sources, cfg.reward)
         self.reward_executor = RewardExecutor(cfg.reward.num_workers, cfg.reward.timeout_s)
-        self.resumed_from = resume_point(cfg.train.resume, self.run_dir)
-        if self.resumed_from is not None:  # before any model loads: a changed config fails at once
-            for change in check_resume(self.resumed_from, cfg):
-                log.warning("resume: config changed since the checkpoint: %s", change)
+        self.resumed_from = self.checkpoints.resume_point()  # before any model: a changed config fails at once
         precision, notice = effective_precision(cfg.precision, self.device)
         if notice:
             log.warning(notice)
@@ -115,71 +100,38 @@ class GRPOTrainer:
             )
         # No reference model is built or run when beta = 0; a resumed run reloads the starting model.
         starting_dir = self.model_dir if self.resumed_from else None
-        self.reference = frozen_reference(self.model, starting_dir) if cfg.algo.beta > 0 else None
+        reference = frozen_reference(self.model, starting_dir) if cfg.algo.beta > 0 else None
         self.generator, self.diagnostics["rollout_loop"] = make_generator(
             self.model, self.tokenizer, cfg.rollout, cfg.data.max_prompt_tokens
         )
         self.encoder = PromptEncoder(self.tokenizer, cfg.data.max_prompt_tokens, self.device)
-        splits, self.prompt_budget = fit_prompts(
-            {"train": train_examples, "eval": eval_examples},
-            self.encoder,
-            cfg.data.max_prompt_tokens,
-            cfg.rollout.max_new_tokens,
-            context_length(self.model),
-            cfg.data.on_long_prompt,
+        splits, self.prompt_budget = fit_to_model(
+            {"train": train_examples, "eval": eval_examples}, self.encoder, self.model, cfg.data, cfg.rollout
         )
         self.train_examples, self.eval_examples = splits["train"], splits["eval"]
         skipped = len(train_examples) - len(self.train_examples)  # data.on_long_prompt=skip may leave too few
         check_prompts_per_step(cfg.train.prompts_per_step, len(self.train_examples), len(eval_examples), skipped)
         self.sampler = PromptSampler(self.train_examples, cfg.train.seed)
-        updates_per_step = cfg.algo.num_iterations * cfg.algo.mini_batches  # exact: mini-batches are planned
-        batch = completions_per_step(cfg.train.prompts_per_step, cfg.rollout.num_generations, cfg.algo.mini_batches)
-        self.optimizer, self.scheduler = build_optimizer(
-            self.model, cfg.optim, cfg.train.steps * updates_per_step, batch
+        self.learner, self.update_settings, self.lr = build_learner(
+            self.model, reference, cfg, precision, self.world, self.device
         )
-        self.lr = effective_lr(cfg.optim, batch)  # optim.lr scaled to the batch (optim.lr_scaling)
-        # The update's forward/backward goes through DDP (gradients averaged); sampling, the
-        # reference and checkpoints use the module itself.
-        self.train_model = self.model
-        if self.world.size > 1:
-            self.train_model = data_parallel_model(self.model, self.device)
         self.clip = AdaptiveClip(cfg.algo.adaptive_clip, cfg.algo.epsilon_low, cfg.algo.epsilon_high)
-        self.autocast = autocast_factory(self.device, precision)
-        self.scaler = gradient_scaler(precision, self.device)
         self.guard = StabilityGuard(cfg.guard)
-        self.repetition = RepetitionAlert(cfg.monitor.repetition_alert)
-        self.hacking = HackingAlert(self.success.name, cfg.monitor.hacking_alert, cfg.monitor.hacking_window)
-        self.phase_announced = False  # the first step this process runs names the curriculum phase
         self.halt: GuardVerdict | None = None  # a guard's pause or stop, carried out once the step is saved
-        self.update_settings = UpdateSettings(
-            cfg.rollout.temperature,
-            cfg.rollout.max_new_tokens,
-            cfg.train.grad_accum_steps,
-            cfg.optim.max_grad_norm,
-            cfg.train.layout,
-        )
-        self.state.register("rng", RngState())
-        self.state.register("sampler", self.sampler)
-        self.state.register("fusion", self.reward_fusion)
-        self.state.register("guard", self.guard)
-        self.state.register("clip", self.clip)
-        self.state.register("repetition", self.repetition)
-        self.state.register("hacking", self.hacking)
-        if self.resumed_from is not None:
-            self._restore(self.resumed_from)
-        elif self.world.is_main:  # a fresh start in a used run directory must not append to an older run's lines
-            truncate_metrics(self.run_dir / "metrics.jsonl", 0)
+        self.phase_announced = False  # the first step this process runs names the curriculum phase
+        parts = {"rng": RngState(), "sampler": self.sampler, "fusion": self.reward_fusion, "guard": self.guard}
+        for name, part in {**parts, "clip": self.clip}.items():
+            self.state.register(name, part)
+        self.alerts = StepAlerts(cfg.monitor, self.success.name, self.state)
+        self.step_index, self.history = self.checkpoints.start(self.resumed_from, self.learner, self.state)
 
-    # ---- one step ----------------------------------------------------------------------
     def step(self) -> StepResult:
-        cfg, g = self.cfg, self.cfg.rollout.num_generations
-        world = self.world
+        cfg, g, world = self.cfg, self.cfg.rollout.num_generations, self.world
         t0 = time.perf_counter()
         batch = self.sampler.next_batch(cfg.train.prompts_per_step)  # the global batch: the same in every process
-        examples = world.share(batch)  # data-parallel: this process's prompts
         if world.size > 1:
             torch.manual_seed(world.sampling_seed(cfg.train.seed, self.step_index))
-        rollout = generate_groups(examples, self.encoder, self.generator, g)
+        rollout = generate_groups(world.share(batch), self.encoder, self.generator, g)  # this process's prompts
         return self.learn(batch, rollout, t0)
 
     def learn(self, batch: list[dict[str, Any]], rollout: Rollout, started: float) -> StepResult:
@@ -199,62 +151,34 @@ class GRPOTrainer:
         advantages, adv_stats = group_advantages(rewards, g, cfg.algo.scale_rewards)
         t_score = time.perf_counter()
 
-        # Unscorable completions (fused reward NaN) leave the loss and its denominators.
-        scorable = (~torch.isnan(world.rows(rewards))).float().to(self.device)
-        loss_mask = rollout.completion_mask.float() * scorable.unsqueeze(1)
-        if cfg.algo.mask_truncated:  # DAPO overlong filtering: truncated answers teach nothing
-            loss_mask = loss_mask * (~rollout.truncated).float().unsqueeze(1)
-        lr = self.scheduler.get_last_lr()[0]
+        scores = world.rows(rewards).to(self.device)  # NaN: unscorable, out of the loss
+        loss_mask = completion_loss_mask(rollout.completion_mask, rollout.truncated, scores, cfg.algo.mask_truncated)
+        lr = self.learner.scheduler.get_last_lr()[0]
         epsilons = self.clip.epsilons(nanmean(raw))  # adaptive clipping: this batch against the last ones
         update = policy_update(
-            self.train_model,
-            self.optimizer,
-            self.scheduler,
-            rollout,
-            world.rows(advantages).to(self.device),
-            loss_mask,
+            self.learner,
+            UpdateBatch(rollout, world.rows(advantages).to(self.device), loss_mask),
             cfg.algo,
             self.update_settings,
-            reference=self.reference,
-            autocast=self.autocast,
-            on_first_step=self.interrupts.arm,  # from here a Ctrl-C waits for the step's observers
             epsilons=epsilons,
-            scaler=self.scaler,
-            collective=world,
+            on_first_step=self.interrupts.arm,  # from here a Ctrl-C waits for the step's observers
         )
         if update.optimizer_steps:  # a generator with its own copy of the weights (vLLM) refreshes it
             self.generator.weights_updated()
         t_train = time.perf_counter()
         self.interrupts.arm()  # even when every update was skipped: the step's outcome is final now
-
-        # Stability guards: warn now; pause or stop once the step is finished and saved.
-        verdicts = self.guard.observe(raw, update.optimizer_steps, update.skipped_updates)
+        verdicts = self.guard.observe(raw, update.optimizer_steps, update.skipped_updates)  # pause/stop: once saved
         self.halt = next((v for v in verdicts if v.action in ("pause", "stop")), None)
 
         self.step_index += 1
         timings = {"generate": t_gen - t0, "score": t_score - t_gen, "train": t_train - t_score, "step": t_train - t0}
         rollout = world.gather_rollout(rollout, self.tokenizer.pad_token_id)  # the global batch's, for the figures
-        metrics = step_metrics(
-            self.step_index,
-            fusion,
-            raw,
-            adv_stats,
-            update,
-            rollout,
-            lr,
-            timings,
-            self.diagnostics,
-            peak_memory_mib(self.device),
-        )
+        figures = fusion, raw, adv_stats, update, rollout, lr, timings, self.diagnostics, peak_memory_mib(self.device)
+        metrics = step_metrics(self.step_index, *figures)
         metrics.update({"clip/epsilon_low": epsilons[0], "clip/epsilon_high": epsilons[1]})
         metrics.update(self.guard.metrics(raw))
         samples = step_samples(batch, rollout, fusion, advantages.tolist(), 2 * g)
-        alerts = [*fusion.alerts, *(f"guard ({v.action}): {v.reason}" for v in verdicts)]
-        alerts += nan_rate_alerts(fusion, cfg.monitor.nan_alert)
-        if repetition := self.repetition.observe(metrics["repetition/rate"]):
-            alerts.append(repetition)
-        if hacking := self.hacking.observe(metrics["reward/raw_mean"], metrics[f"reward/{self.success.name}/mean"]):
-            alerts.append(hacking)
+        alerts = self.alerts.observe(fusion, verdicts, metrics)
         events = [phase] if phase is not None else []
         return StepResult(self.step_index, metrics, samples, alerts, fusion.per_function, fusion.fused, events)
 
@@ -263,17 +187,8 @@ class GRPOTrainer:
         """Greedy answers on the held-out split, as `grpo eval` computes its greedy/* figures, under
         `eval/`; the fusion's running state is left alone."""
         weights = self.curriculum.weights(max(self.step_index - 1, 0))  # those of the step just trained
-        examples = self.eval_examples[:limit]
-        metrics = evaluate_greedy(
-            examples,
-            self.encoder,
-            self.generator,
-            self.reward_executor,
-            self.reward_fusion,
-            self.success,
-            limit,
-            weights,
-        )
+        scoring = self.reward_executor, self.reward_fusion, self.success
+        metrics = evaluate_greedy(self.eval_examples[:limit], self.encoder, self.generator, *scoring, limit, weights)
         return {f"eval/{name}": value for name, value in metrics.items()}
 
     # ---- the loop ----------------------------------------------------------------------
@@ -313,71 +228,21 @@ class GRPOTrainer:
                     raise
                 if not finished and not self.interrupts.engaged:  # the weights never moved: undo the step
                     self.state.load_state_dict(start)
-                    self.optimizer.zero_grad(set_to_none=True)
+                    self.learner.optimizer.zero_grad(set_to_none=True)
                 if finished or not self.interrupts.engaged:
                     self.save()
                 raise
         return self.history
 
-    # ---- checkpoints -------------------------------------------------------------------
     def save(self) -> Path:
-        """Weights (a LoRA run: its adapter only, peft's files) and tokenizer as Hugging Face files;
-        optimizer, scheduler and TrainState beside them."""
-        directory = self.run_dir / "checkpoints" / f"step_{self.step_index:06d}"
-        if self.world.size > 1:  # every process must take the same branch: decide on what all of them know
-            if self.saved_step == self.step_index:
-                return directory
-            self.saved_step = self.step_index
-            if not self.world.is_main:  # every process holds the same weights and state: the main one writes
-                self.world.barrier()
-                return directory
-        elif latest_checkpoint(self.run_dir) == directory:
-            return directory  # this step is already saved (save_every, then Ctrl-C or the end)
-        trainer_state = {
-            "step": self.step_index,
-            "config": asdict(self.cfg),
-            "processes": self.world.size,
-            # the starting model: a LoRA checkpoint is an adapter on it (`grpo export` finds it here)
-            BASE_MODEL_KEY: str(self.model_dir.resolve()),
-        }
-        training_state = {
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
-            "state": self.state.state_dict(),
-        }
-        saved = save_checkpoint(directory, self.model, self.tokenizer, trainer_state, training_state)
-        self.world.barrier()  # nobody reads or resumes from a checkpoint still being written
-        return saved
-
-    def _restore(self, directory: Path) -> None:
-        """Continue exactly where the checkpoint left off: same data order, same RNG."""
-        trainer_state, training_state = load_checkpoint_state(directory)
-        if "state" not in training_state:
-            raise GrpoError(f"{directory}: written by an older grpo; start over with train.resume=never")
-        self.optimizer.load_state_dict(training_state["optimizer"])
-        self.scheduler.load_state_dict(training_state["scheduler"])
-        if self.scaler is not None and training_state.get("scaler"):
-            self.scaler.load_state_dict(training_state["scaler"])
-        self.state.load_state_dict(training_state["state"])
-        self.step_index = self.saved_step = trainer_state["step"]
-        saved_processes = trainer_state.get("processes", 1)
-        if saved_processes != self.world.size:
-            log.warning(
-                "resume: the checkpoint was written by %d process(es), this run has %d: the global batch, the "
-                "prompt order and the update are the same; each process's sampling draws differ",
-                saved_processes,
-                self.world.size,
-            )
-        if self.world.is_main:
-            self.history = truncate_metrics(self.run_dir / "metrics.jsonl", self.step_index)
+        policy = Policy(self.model, self.tokenizer, self.model_dir)
+        return self.checkpoints.save(self.step_index, policy, self.learner, self.state)
 
     def cleanup(self) -> None:
         """Free the models so the next job of a multirun starts from an empty process."""
         if hasattr(self, "reward_executor"):
             self.reward_executor.close()  # worker processes end with the job, not the interpreter
-        models = ("model", "reference", "generator", "optimizer", "scheduler")
-        for name in (*models, "reward_executor", "reward_fusion", "reward_sources"):  # a reward model too
+        for name in ("model", "learner", "generator", "reward_executor", "reward_fusion", "reward_sources"):
             if hasattr(self, name):
                 delattr(self, name)
         if torch.cuda.is_available():

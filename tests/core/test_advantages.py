@@ -1,4 +1,4 @@
-"""Group-relative advantages, checked against DESIGN.md §3 worked out by hand.
+"""Group-relative advantages, checked against docs/architecture.md §3 worked out by hand.
 
 A_i = (r_i - mean_g) / (std_g + 1e-4), std unbiased (n - 1).
 """

@@ -1,4 +1,4 @@
-"""Adaptive clipping (DESIGN.md §3, seed 001): ε_t = base·(1 + α·(R_t − R̄)/σ_R) over the previous
+"""Adaptive clipping (docs/architecture.md §3, seed 001): ε_t = base·(1 + α·(R_t − R̄)/σ_R) over the previous
 `window` batch means, clamped to [min, max]; ε_high keeps its ratio to ε_low. Worked numbers."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The per-token GRPO objective and its aggregation, checked against DESIGN.md §3 by hand."""
+"""The per-token GRPO objective and its aggregation, checked against docs/architecture.md §3 by hand."""
 
 import math
 

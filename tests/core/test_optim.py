@@ -1,4 +1,4 @@
-"""Learning-rate scaling (DESIGN.md §3, seed 001): lr_eff = lr·sqrt(B/B_ref) or lr·B/B_ref, B the
+"""Learning-rate scaling (docs/architecture.md §3, seed 001): lr_eff = lr·sqrt(B/B_ref) or lr·B/B_ref, B the
 completions per optimizer step; build_optimizer builds AdamW at that lr. Worked numbers."""
 
 from __future__ import annotations

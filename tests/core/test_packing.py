@@ -12,7 +12,7 @@ import torch
 from grpo_cli.config.schema import AlgoConfig, ModelConfig, RolloutConfig
 from grpo_cli.core.logprobs import completion_logprobs_and_entropy, packed_completion_logprobs_and_entropy
 from grpo_cli.core.packing import choose_layout, token_counts
-from grpo_cli.core.update import UpdateSettings, policy_update
+from grpo_cli.core.update import Learner, UpdateBatch, UpdateSettings, policy_update
 from grpo_cli.models import load_policy
 from grpo_cli.rollout import FastGenerator
 from grpo_cli.rollout.prompts import PromptEncoder
@@ -87,7 +87,10 @@ def test_a_policy_update_is_the_same_in_both_layouts(setup, grad_accum) -> None:
         torch.manual_seed(5)
         settings = UpdateSettings(0.7, 8, grad_accum, 1.0, layout)
         stats = policy_update(
-            model, optimizer, scheduler, rollout, advantages, rollout.completion_mask, algo, settings, base
+            Learner(model, optimizer, scheduler, base),
+            UpdateBatch(rollout, advantages, rollout.completion_mask),
+            algo,
+            settings,
         )
         results.append((stats, [p.detach().clone() for p in model.parameters()]))
     (padded, padded_weights), (packed, packed_weights) = results

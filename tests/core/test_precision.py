@@ -13,7 +13,7 @@ import torch
 
 from grpo_cli.config.schema import AlgoConfig, PrecisionConfig, TrainConfig
 from grpo_cli.core.precision import effective_precision, gradient_scaler
-from grpo_cli.core.update import UpdateSettings, policy_update
+from grpo_cli.core.update import Learner, UpdateBatch, UpdateSettings, policy_update
 from grpo_cli.training import GRPOTrainer
 from tests.core.conftest import advantages_for, flat
 
@@ -25,15 +25,10 @@ def update(model, rollout, advantages, scaler):
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
     torch.manual_seed(1)
     return policy_update(
-        model,
-        opt,
-        sched,
-        rollout,
-        advantages,
-        rollout.completion_mask.float(),
+        Learner(model, opt, sched, scaler=scaler),
+        UpdateBatch(rollout, advantages, rollout.completion_mask.float()),
         AlgoConfig(),
         UpdateSettings(1.0, 6, 2, 1.0, "padded"),
-        scaler=scaler,
     )
 
 
@@ -70,5 +65,5 @@ def test_fp16_on_a_cpu_falls_back_to_fp32_with_a_notice(tmp_path: Path, caplog: 
     assert [r.message for r in caplog.records if "fp16" in r.message] == [
         "precision=fp16 needs CUDA; on cpu this run uses fp32 (no autocast, no gradient scaler)"
     ]
-    assert trainer.scaler is None and next(trainer.model.parameters()).dtype == torch.float32
+    assert trainer.learner.scaler is None and next(trainer.model.parameters()).dtype == torch.float32
     trainer.cleanup()

@@ -13,7 +13,7 @@ import torch
 
 from grpo_cli.config.schema import AlgoConfig, OptimConfig
 from grpo_cli.core.optim import build_optimizer
-from grpo_cli.core.update import UpdateSettings, plan_mini_batches, policy_update
+from grpo_cli.core.update import Learner, UpdateBatch, UpdateSettings, plan_mini_batches, policy_update
 from tests.core.conftest import NEW, G, advantages_for, flat
 
 
@@ -37,15 +37,10 @@ def run_update(
     mask = rollout.completion_mask.float() if loss_mask is None else loss_mask
     torch.manual_seed(1)  # the mini-batch plan draws from the global RNG, as in training
     stats = policy_update(
-        model,
-        opt,
-        sched,
-        rollout,
-        advantages,
-        mask,
+        Learner(model, opt, sched, reference),
+        UpdateBatch(rollout, advantages, mask),
         algo,
         UpdateSettings(1.0, NEW, grad_accum, 0.0, "padded"),
-        reference,
     )
     return stats, opt, sched
 
@@ -69,12 +64,8 @@ def test_optimizer_steps_are_exact_and_the_linear_schedule_ends_at_zero(base_mod
     opt, sched = build_optimizer(model, OptimConfig(scheduler="linear", warmup_steps=0), steps_total)
     for _ in range(3):
         stats = policy_update(
-            model,
-            opt,
-            sched,
-            rollout,
-            advantages_for(rollout),
-            rollout.completion_mask.float(),
+            Learner(model, opt, sched),
+            UpdateBatch(rollout, advantages_for(rollout), rollout.completion_mask.float()),
             algo,
             UpdateSettings(1.0, NEW, 1, 1.0, "padded"),
         )
@@ -191,15 +182,10 @@ def test_the_kl_term_pulls_the_policy_back_to_the_reference(base_model, rollout)
     kls = []
     for _ in range(5):
         stats = policy_update(
-            policy,
-            opt,
-            sched,
-            rollout,
-            zero,
-            rollout.completion_mask.float(),
+            Learner(policy, opt, sched, base_model),
+            UpdateBatch(rollout, zero, rollout.completion_mask.float()),
             algo,
             UpdateSettings(1.0, NEW, 1, 0.0, "padded"),
-            base_model,
         )
         kls.append(stats.kl)  # measured before this call's step: KL after the previous ones
     assert kls[0] > 1e-3

@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from grpo_cli.config.schema import EvalMetricsConfig
 from grpo_cli.errors import GrpoError
 from grpo_cli.evaluation import ScoredSamples, SuccessRule, mean_pass_at_k, pass_at_k, sample_metrics
 
@@ -68,12 +69,13 @@ def test_success_is_the_named_function_at_its_threshold_and_nan_fails() -> None:
     samples = ScoredSamples(2)
     nan = math.nan
     samples.add([0.9, 0.2, nan, 0.5], {"a": [1.0, 0.4, nan, 0.5], "b": [0.8, 0.0, nan, 0.5]}, [1] * 4, [False] * 4)
-    assert sample_metrics(samples, SuccessRule.resolve(["a", "b"], None, 1.0))["accuracy"] == 0.25  # first: a
-    assert sample_metrics(samples, SuccessRule.resolve(["a", "b"], "b", 0.5))["accuracy"] == 0.5
+    assert sample_metrics(samples, SuccessRule.resolve(["a", "b"], EvalMetricsConfig()))["accuracy"] == 0.25  # first: a
+    b_at_half = SuccessRule.resolve(["a", "b"], EvalMetricsConfig(success="b", success_threshold=0.5))
+    assert sample_metrics(samples, b_at_half)["accuracy"] == 0.5
     metrics = sample_metrics(samples, SuccessRule("a", 0.45), ks=[1, 2])  # groups: [yes, no], [NaN, yes]
     assert (metrics["accuracy"], metrics["pass@1"], metrics["pass@2"]) == (0.5, 0.5, 1.0)
     assert metrics["reward/mean"] == pytest.approx((0.9 + 0.2 + 0.5) / 3)  # unscorable left out of the mean
     with pytest.raises(GrpoError, match=r"eval.success=exact: not a reward function .*did you mean exact_match\?"):
-        SuccessRule.resolve(["exact_match"], "exact", 1.0)
+        SuccessRule.resolve(["exact_match"], EvalMetricsConfig(success="exact"))
     with pytest.raises(GrpoError, match=r"eval.k has 3, more than the 2 completions per prompt"):
         sample_metrics(samples, SuccessRule("a", 1.0), ks=[1, 3])

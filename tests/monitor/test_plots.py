@@ -13,7 +13,7 @@ from matplotlib.image import imread
 from grpo_cli.commands.plot import main as plot_main
 from grpo_cli.errors import GrpoError
 from grpo_cli.monitor.files import read_metrics_rows
-from grpo_cli.monitor.plots import curves_figure, find_runs, nan_heatmap_figure
+from grpo_cli.monitor.plots import curves_figure, find_runs, nan_heatmap_figure, weight_switches
 from tests.conftest import run_grpo
 
 # Three steps as the trainer writes them: kl null throughout (beta=0), format's mean null at step 2
@@ -127,6 +127,23 @@ def test_null_and_missing_keys_skip_points_never_crash() -> None:
     format_line = reward.lines[2]
     assert np.isnan(format_line.get_ydata()[1])  # a gap at the null, not a zero
     assert list(by_title["entropy"].lines[0].get_xdata()) == [1, 3]  # the row without the key is skipped
+
+
+def test_curriculum_phase_changes_are_drawn_in_every_panel() -> None:
+    """three_phase over 10 steps switches at steps 3 and 7: a dotted line there in each panel, and
+    none for a run whose weights never change (ROWS)."""
+    weights = [(0.7, 0.2)] * 2 + [(0.3, 0.6)] * 4 + [(0.1, 0.3)] * 4
+    rows = [
+        {"step": i + 1, "reward/mean": 0.1 * i, "weight/code_compiles": c, "weight/code_tests": t}
+        for i, (c, t) in enumerate(weights)
+    ]
+    assert weight_switches(rows) == [3, 7] and weight_switches(ROWS) == []
+    fig = curves_figure([("three_phase", rows)])
+    for ax in fig.axes:
+        vertical = [line.get_xdata()[0] for line in ax.get_lines() if line.get_linestyle() == ":"]
+        assert vertical == [3, 7]
+    assert "curriculum phases" in fig._suptitle.get_text()
+    assert not any(line.get_linestyle() == ":" for ax in curves_figure([("run", ROWS)]).axes for line in ax.get_lines())
 
 
 def test_an_overlay_gives_each_run_one_colour_and_each_series_a_line_style() -> None:

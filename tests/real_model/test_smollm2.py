@@ -17,7 +17,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from grpo_cli.config.schema import RewardFunctionConfig, RolloutConfig, TrainConfig
-from grpo_cli.core.update import rows_logprobs
+from grpo_cli.core.logprobs import rows_logprobs
 from grpo_cli.model_source import gguf_source, model_directory
 from grpo_cli.models import load_policy
 from grpo_cli.rollout.engine import make_generator
@@ -183,7 +183,7 @@ def test_the_update_on_the_real_model_is_the_textbook_gradient(
     packed layout, the k3 KL to a reference it has moved away from, clipping at norm 1) equals the
     GRPO gradient written out by hand on the padded batch: the learning signal a real model gets is
     the formula's (issue 26: the bisection of why TRL seemed to learn faster ruled this path out)."""
-    from grpo_cli.core.update import policy_update
+    from grpo_cli.core.update import Learner, UpdateBatch, policy_update
     from grpo_cli.training.pipeline import generate_groups
 
     cfg = real_config(smollm2_cache, tmp_path)
@@ -201,7 +201,7 @@ def test_the_update_on_the_real_model_is_the_textbook_gradient(
     by_hand = copy.deepcopy(policy)
     lp = textbook_logprobs(by_hand, rollout, cfg.rollout.temperature)
     with torch.no_grad():
-        ref = textbook_logprobs(trainer.reference, rollout, cfg.rollout.temperature)
+        ref = textbook_logprobs(trainer.learner.reference, rollout, cfg.rollout.temperature)
     ratio = torch.exp(lp - lp.detach())
     surrogate = -torch.min(ratio * advantages[:, None], ratio.clamp(0.8, 1.2) * advantages[:, None])
     kl = torch.exp(ref - lp) - (ref - lp) - 1
@@ -213,7 +213,10 @@ def test_the_update_on_the_real_model_is_the_textbook_gradient(
     sgd = torch.optim.SGD(policy.parameters(), lr=1.0)  # the weights move by exactly minus the clipped gradient
     constant = torch.optim.lr_scheduler.LambdaLR(sgd, lambda _: 1.0)
     stats = policy_update(
-        policy, sgd, constant, rollout, advantages, loss_mask, cfg.algo, trainer.update_settings, trainer.reference
+        Learner(policy, sgd, constant, trainer.learner.reference),
+        UpdateBatch(rollout, advantages, loss_mask),
+        cfg.algo,
+        trainer.update_settings,
     )
     assert stats.loss == pytest.approx(loss.item(), rel=1e-4)
     assert stats.kl > 1e-4 and stats.grad_norm == pytest.approx(norm, rel=1e-4) and norm > 1.0

@@ -1,4 +1,4 @@
-"""Per-function normalisation (DESIGN.md §3): none, zscore (EMA), sigmoid, group_zscore; NaN stays NaN."""
+"""Per-function normalisation (docs/architecture.md §3): none, zscore (EMA), sigmoid, group_zscore; NaN stays NaN."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The completion mask: 1 up to and including the first EOS (DESIGN.md §3)."""
+"""The completion mask: 1 up to and including the first EOS (docs/architecture.md §3)."""
 
 import torch
 

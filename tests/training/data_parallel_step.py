@@ -70,7 +70,7 @@ def main(model_dir: str, run_root: str, out: str) -> None:
         trainer = GRPOTrainer(cfg, run_dir, [], world)
         trainer.setup()
         grads: list[list[torch.Tensor]] = []
-        trainer.optimizer.register_step_pre_hook(
+        trainer.learner.optimizer.register_step_pre_hook(
             lambda opt, args, kwargs, grads=grads: grads.append(
                 [p.grad.detach().clone() for group in opt.param_groups for p in group["params"]]
             )

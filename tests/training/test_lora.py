@@ -45,7 +45,7 @@ def test_only_the_adapters_train_and_the_base_stays(tmp_path: Path) -> None:
     before = base_weights(trainer.model)
     trainable = {name for name, p in trainer.model.named_parameters() if p.requires_grad}
     assert trainable and all("lora_A" in name or "lora_B" in name for name in trainable)
-    optimized = [p for group in trainer.optimizer.param_groups for p in group["params"]]
+    optimized = [p for group in trainer.learner.optimizer.param_groups for p in group["params"]]
     assert len(optimized) == len(trainable)  # the optimizer holds the adapters and nothing else
     lora_b = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_B" in n}
     assert all(torch.count_nonzero(b) == 0 for b in lora_b.values())  # B = 0: the policy starts as the base
@@ -62,7 +62,8 @@ def test_only_the_adapters_train_and_the_base_stays(tmp_path: Path) -> None:
 def test_the_reference_is_the_base_with_adapters_off(tmp_path: Path) -> None:
     trainer = GRPOTrainer(lora_config(), tmp_path)
     trainer.setup()
-    assert isinstance(trainer.reference, AdaptersOff) and trainer.reference.policy is trainer.model  # no copy
+    reference = trainer.learner.reference
+    assert isinstance(reference, AdaptersOff) and reference.policy is trainer.model  # no copy
     base = AutoModelForCausalLM.from_pretrained(tmp_path / "tiny_model", dtype=torch.float32).eval()
     first = trainer.step().metrics
     assert first["kl"] == 0.0  # the adapters start at zero: policy = reference before any update
@@ -71,7 +72,7 @@ def test_the_reference_is_the_base_with_adapters_off(tmp_path: Path) -> None:
     trainer.model.eval()
     policy_logits = logits(trainer.model)
     trainer.model.train()
-    assert torch.equal(logits(trainer.reference), logits(base))  # exactly the base, after 3 updates
+    assert torch.equal(logits(trainer.learner.reference), logits(base))  # exactly the base, after 3 updates
     assert not torch.allclose(policy_logits, logits(base))  # while the policy has moved
     assert trainer.model.training  # the reference's eval mode was only for its call
     trainer.cleanup()

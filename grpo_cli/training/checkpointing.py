@@ -1,0 +1,108 @@
+"""A run's checkpoints as the trainer writes and reads them: weights, tokenizer and every piece of
+training state, written once per step even when several processes ask (data-parallel)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from grpo_cli.checkpoint import BASE_MODEL_KEY, latest_checkpoint, load_checkpoint_state, resume_point, save_checkpoint
+from grpo_cli.config.schema import TrainConfig
+from grpo_cli.core.update import Learner
+from grpo_cli.errors import GrpoError
+from grpo_cli.monitor import truncate_metrics
+from grpo_cli.training.distributed import World
+from grpo_cli.training.resume import check_resume
+from grpo_cli.training.state import TrainState
+
+log = logging.getLogger("grpo")
+
+
+@dataclass
+class Policy:
+    """What a checkpoint's Hugging Face half holds, and where the run started from."""
+
+    model: Any  # the module itself (a LoRA run: the peft model, whose adapter alone is saved)
+    tokenizer: Any
+    model_dir: Path  # the starting model's directory
+
+
+def training_state(learner: Learner, state: TrainState) -> dict[str, Any]:
+    """What from_pretrained does not hold: optimizer, scheduler, fp16 scaler, TrainState."""
+    return {
+        "optimizer": learner.optimizer.state_dict(),
+        "scheduler": learner.scheduler.state_dict(),
+        "scaler": learner.scaler.state_dict() if learner.scaler is not None else None,
+        "state": state.state_dict(),
+    }
+
+
+class RunCheckpoints:
+    """`RUN/checkpoints/step_N`, written atomically by the main process after every process reached it."""
+
+    def __init__(self, cfg: TrainConfig, run_dir: Path, world: World) -> None:
+        self.cfg, self.run_dir, self.world = cfg, run_dir, world
+        self.saved_step = -1  # the step last saved (or resumed from): a data-parallel save happens once
+
+    def resume_point(self) -> Path | None:
+        """The checkpoint `train.resume` names, its config changes since then logged (an incompatible one fails)."""
+        checkpoint = resume_point(self.cfg.train.resume, self.run_dir)
+        for change in check_resume(checkpoint, self.cfg) if checkpoint is not None else []:
+            log.warning("resume: config changed since the checkpoint: %s", change)
+        return checkpoint
+
+    def start(self, checkpoint: Path | None, learner: Learner, state: TrainState) -> tuple[int, list[dict[str, Any]]]:
+        """(step, metrics history) to continue from: the checkpoint's, restored into `learner` and
+        `state`, or a fresh start's, whose run directory must not keep an older run's metric lines."""
+        step = self.restore(checkpoint, learner, state) if checkpoint is not None else 0
+        history = truncate_metrics(self.run_dir / "metrics.jsonl", step) if self.world.is_main else []
+        return step, history
+
+    def save(self, step: int, policy: Policy, learner: Learner, state: TrainState) -> Path:
+        """Weights (a LoRA run: its adapter only, peft's files) and tokenizer as Hugging Face files;
+        optimizer, scheduler and TrainState beside them."""
+        directory = self.run_dir / "checkpoints" / f"step_{step:06d}"
+        if self.world.size > 1:  # every process must take the same branch: decide on what all of them know
+            if self.saved_step == step:
+                return directory
+            self.saved_step = step
+            if not self.world.is_main:  # every process holds the same weights and state: the main one writes
+                self.world.barrier()
+                return directory
+        elif latest_checkpoint(self.run_dir) == directory:
+            return directory  # this step is already saved (save_every, then Ctrl-C or the end)
+        trainer_state = {
+            "step": step,
+            "config": asdict(self.cfg),
+            "processes": self.world.size,
+            # the starting model: a LoRA checkpoint is an adapter on it (`grpo export` finds it here)
+            BASE_MODEL_KEY: str(policy.model_dir.resolve()),
+        }
+        saved = save_checkpoint(
+            directory, policy.model, policy.tokenizer, trainer_state, training_state(learner, state)
+        )
+        self.world.barrier()  # nobody reads or resumes from a checkpoint still being written
+        return saved
+
+    def restore(self, directory: Path, learner: Learner, state: TrainState) -> int:
+        """Continue exactly where the checkpoint left off (same data order, same RNG): its step."""
+        trainer_state, saved = load_checkpoint_state(directory)
+        if "state" not in saved:
+            raise GrpoError(f"{directory}: written by an older grpo; start over with train.resume=never")
+        learner.optimizer.load_state_dict(saved["optimizer"])
+        learner.scheduler.load_state_dict(saved["scheduler"])
+        if learner.scaler is not None and saved.get("scaler"):
+            learner.scaler.load_state_dict(saved["scaler"])
+        state.load_state_dict(saved["state"])
+        saved_processes = trainer_state.get("processes", 1)
+        if saved_processes != self.world.size:
+            log.warning(
+                "resume: the checkpoint was written by %d process(es), this run has %d: the global batch, the "
+                "prompt order and the update are the same; each process's sampling draws differ",
+                saved_processes,
+                self.world.size,
+            )
+        self.saved_step = trainer_state["step"]
+        return self.saved_step

@@ -1,0 +1,35 @@
+"""The update's moving parts, built from the config once per run: the optimizer and its schedule
+sized to the run's optimizer steps, the DDP wrapper, mixed precision and the fixed update settings."""
+
+from __future__ import annotations
+
+import torch
+
+from grpo_cli.config.schema import PrecisionConfig, TrainConfig
+from grpo_cli.core.optim import build_optimizer, completions_per_step, effective_lr
+from grpo_cli.core.precision import autocast_factory, gradient_scaler
+from grpo_cli.core.update import Learner, UpdateSettings
+from grpo_cli.training.distributed import World, data_parallel_model
+
+
+def build_learner(
+    model: torch.nn.Module,
+    reference: torch.nn.Module | None,
+    cfg: TrainConfig,
+    precision: PrecisionConfig,
+    world: World,
+    device: torch.device,
+) -> tuple[Learner, UpdateSettings, float]:
+    """(learner, settings, effective lr). The update's forward and backward go through DDP
+    (gradients averaged); sampling, the reference and checkpoints use the module itself."""
+    updates_per_step = cfg.algo.num_iterations * cfg.algo.mini_batches  # exact: mini-batches are planned
+    batch = completions_per_step(cfg.train.prompts_per_step, cfg.rollout.num_generations, cfg.algo.mini_batches)
+    optimizer, scheduler = build_optimizer(model, cfg.optim, cfg.train.steps * updates_per_step, batch)
+    train_model = data_parallel_model(model, device) if world.size > 1 else model
+    autocast, scaler = autocast_factory(device, precision), gradient_scaler(precision, device)
+    learner = Learner(train_model, optimizer, scheduler, reference, autocast, scaler, world)
+    train, optim = cfg.train, cfg.optim
+    settings = UpdateSettings(
+        cfg.rollout.temperature, cfg.rollout.max_new_tokens, train.grad_accum_steps, optim.max_grad_norm, train.layout
+    )
+    return learner, settings, effective_lr(cfg.optim, batch)  # optim.lr scaled to the batch (optim.lr_scaling)
