@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from grpo_cli.rewards.answers import answer_partial_credit, exact_match, last_number
-from grpo_cli.rewards.code.rewards import code_compiles, code_efficiency, code_similarity, code_style, code_tests
+from grpo_cli.rewards.code.sandboxed_rewards import code_efficiency, code_tests
+from grpo_cli.rewards.code.static_rewards import code_compiles, code_similarity, code_style
 from grpo_cli.rewards.math_answer import math_answer
 from grpo_cli.rewards.structure import overlong, repetition, think_answer_format
 

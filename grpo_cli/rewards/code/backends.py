@@ -24,14 +24,16 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
-from grpo_cli.rewards.code.runner import frame
+from grpo_cli.rewards.code import runner as runner_package
+from grpo_cli.rewards.code.runner.wire import frame
 
 NAMESPACED = ("bwrap", "unshare")
 PROBE_ORDER = ("bwrap", "unshare", "process")  # `auto` takes the first that passes its probe
 NOBODY = 65534  # uid and gid the candidate runs as when the trainer is root
 ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}  # the child's whole environment: no secrets travel
 TOOL_PATH = "/usr/bin:/bin:/usr/sbin:/sbin:/usr/local/bin"
-INSIDE_RUNNER = "/runner.py"  # where bwrap shows the runner
+RUNNER_SCRIPT = "__main__.py"  # the runner package's entry script, started by its path
+INSIDE_RUNNER = "/runner"  # where bwrap shows the runner package
 INSIDE_WORKDIR = "/tmp"  # the work dir as the candidate sees it (bwrap, unshare)
 FILE_SIZE_LIMIT_BYTES = 16 * 1024 * 1024  # RLIMIT_FSIZE: one file; enough for any honest test
 OPEN_FILES_LIMIT = 64  # RLIMIT_NOFILE
@@ -169,7 +171,7 @@ def _bwrap_argv(tool: str, python: Interpreter, runner: str, workdir: str, as_ro
         argv += ["--ro-bind", prefix, prefix]
         bound.append(prefix)
     argv += ["--proc", "/proc", "--dev", "/dev", "--bind", workdir, INSIDE_WORKDIR]
-    return argv + ["--ro-bind", runner, INSIDE_RUNNER, "--chdir", "/", "--"]
+    return argv + ["--ro-bind", os.path.dirname(runner), INSIDE_RUNNER, "--chdir", "/", "--"]
 
 
 def launch(
@@ -184,7 +186,7 @@ def launch(
     run = [python.path, "-I", "-S", "-B", runner, *(["--serve"] if serve else []), str(fd), tag]
     if backend == "bwrap":
         argv = _bwrap_argv(find_tool("bwrap") or "bwrap", python, runner, workdir, as_root, serve)
-        run[4] = INSIDE_RUNNER
+        run[4] = f"{INSIDE_RUNNER}/{RUNNER_SCRIPT}"
         return Launch(argv + run, workdir, {**common, "cwd": INSIDE_WORKDIR})
     if backend == "unshare":
         argv = [find_tool("unshare") or "unshare", "--mount", "--net", "--pid", "--ipc", "--uts"]
@@ -201,7 +203,7 @@ def launch(
 @dataclass(frozen=True)
 class Runtime:
     """What every launch of one Sandbox shares: the backend its probe chose, the interpreter, the
-    runner's path on the host and the tag on every command line."""
+    runner's entry script on the host and the tag on every command line."""
 
     backend: str
     python: Interpreter
@@ -216,6 +218,20 @@ class Runtime:
         if self.backend in NAMESPACED:
             return f"{INSIDE_WORKDIR}/{os.path.relpath(session_dir, server_dir)}"
         return session_dir
+
+
+def install_runner(root: str) -> str:
+    """Copy the runner package into `root/runner` (readable by the candidate's user, which runs
+    it); the path of its entry script. Its files import one another as the package `runner`."""
+    source = os.path.dirname(runner_package.__file__)
+    target = os.path.join(root, "runner")
+    os.mkdir(target)
+    os.chmod(target, 0o755)
+    for name in sorted(os.listdir(source)):
+        if name.endswith(".py"):
+            shutil.copyfile(os.path.join(source, name), os.path.join(target, name))
+            os.chmod(os.path.join(target, name), 0o644)
+    return os.path.join(target, RUNNER_SCRIPT)
 
 
 def make_workdir(root: str) -> str:

@@ -19,8 +19,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from grpo_cli.rewards.code import backends, runner
+from grpo_cli.rewards.code import backends
 from grpo_cli.rewards.code.faults import HarnessFault
+from grpo_cli.rewards.code.runner import processes, wire
 
 if TYPE_CHECKING:
     from grpo_cli.rewards.code.server import RunnerServer
@@ -64,7 +65,7 @@ def kill_tree(pid: int, backend: str, wait_exit: Callable[[float], bool]) -> Non
             if wait_exit(SUPERVISOR_GRACE_S):
                 return
         logger.warning("sandbox supervisor %d ignored SIGTERM; killing its process group", pid)
-    inner = [(child, pidfd(child)) for child in runner.children_of(pid)]  # the namespace's init
+    inner = [(child, pidfd(child)) for child in processes.children_of(pid)]  # the namespace's init
     for child, fd in inner:
         with contextlib.suppress(OSError):
             if fd is not None:
@@ -171,7 +172,7 @@ class Child:
             self.selector.register(server.fileno(), selectors.EVENT_READ, "server")
         elif self.pidfd is not None:
             self.selector.register(self.pidfd, selectors.EVENT_READ, "exit")
-        self.send(runner.frame({**job, **header}))
+        self.send(wire.frame({**job, **header}))
 
     # ---- pipes ---------------------------------------------------------------------------
     def send(self, data: bytes) -> None:

@@ -36,9 +36,10 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from grpo_cli.config.schema import SandboxConfig
-from grpo_cli.rewards.code import backends, runner
+from grpo_cli.rewards.code import backends
 from grpo_cli.rewards.code.child import Child, Deadline, Flood
 from grpo_cli.rewards.code.faults import CandidateFailure, HarnessFault
+from grpo_cli.rewards.code.runner import wire
 from grpo_cli.rewards.code.server import ServerPool
 
 logger = logging.getLogger("grpo.sandbox")
@@ -115,7 +116,7 @@ class Session:
     def call(self, *args: Any, **kwargs: Any) -> Any:
         """The entry point called on these (plain builtin) inputs."""
         try:
-            runner.encode([args, kwargs])  # only exact builtin types travel (and marshal could carry code)
+            wire.encode([args, kwargs])  # only exact builtin types travel (and marshal could carry code)
         except (ValueError, RecursionError) as err:
             raise HarnessFault(f"test inputs must be plain builtin values: {err}") from None
         return self._request({"args": args, "kwargs": kwargs})
@@ -133,7 +134,7 @@ class Session:
         if self._child is None or self._child.closed:
             raise HarnessFault("the session is closed")
         self._next_id += 1
-        request = runner.frame({"id": self._next_id, "count": self.count, **fields})
+        request = wire.frame({"id": self._next_id, "count": self.count, **fields})
         try:
             self._child.drain()
         except Flood:
@@ -154,7 +155,7 @@ class Session:
                 raise self._fail("protocol", "malformed instruction count")
             self.cost += record["cost"]
         try:
-            return runner.decode(record["ok"])
+            return wire.decode(record["ok"])
         except (ValueError, RecursionError) as err:
             raise self._fail("protocol", f"malformed value: {err}") from None
 
@@ -254,9 +255,7 @@ class Sandbox:
         # Also at interpreter exit:
         self._finalizer = weakref.finalize(self, _clean_up, self._live, self._servers, self.root)
         os.chmod(self.root, 0o711)  # nobody may pass through to its own work dir, not list the others
-        self.runner_path = os.path.join(self.root, "runner.py")
-        shutil.copyfile(runner.__file__, self.runner_path)
-        os.chmod(self.runner_path, 0o644)
+        self.runner_path = backends.install_runner(self.root)
         self.work_root = os.path.join(self.root, "work")  # one-shot sessions and probes
         os.mkdir(self.work_root, 0o711)
         self.server_root = os.path.join(self.root, "servers")  # one dir per pre-warmed runner

@@ -2,7 +2,7 @@
 
 Starting bwrap and a Python interpreter costs 30-40 ms, while a typical completion's calls take
 well under a millisecond: start-up is most of a session. A `RunnerServer` pays it once. The
-server (`runner.serve`, inside the same backend and namespaces a one-shot runner gets) forks one
+server (`runner.prewarmed.serve`, inside the same backend and namespaces a one-shot runner gets) forks one
 worker per session, which applies the rlimits and drops to the unprivileged user exactly as a
 one-shot runner does. Before it reports a session over, the server kills and reaps everything the
 session started, and the trainer deletes everything in the server's directory; a server that cannot
@@ -30,9 +30,10 @@ import tempfile
 import threading
 import time
 
-from grpo_cli.rewards.code import backends, runner
+from grpo_cli.rewards.code import backends
 from grpo_cli.rewards.code.child import CLOSE_GRACE_S, REAP_WAIT_S, kill_tree
 from grpo_cli.rewards.code.faults import HarnessFault
+from grpo_cli.rewards.code.runner import processes, wire
 
 logger = logging.getLogger("grpo.sandbox")
 
@@ -80,7 +81,7 @@ class RunnerServer:
             }
             self._send(setup)
             hello = self._wait_for_record(START_TIMEOUT_S)
-            if type(hello) is not dict or hello.get("id") != runner.HELLO_ID or type(hello.get("pid")) is not int:
+            if type(hello) is not dict or hello.get("id") != wire.HELLO_ID or type(hello.get("pid")) is not int:
                 raise OSError(f"no hello{self._stderr_tail()}")
         except (OSError, ValueError) as err:
             self.terminate()
@@ -165,7 +166,7 @@ class RunnerServer:
         """Host process ids of the server itself (bwrap/unshare and the runner inside)."""
         if self.proc is None or self._wait(0):
             return set()
-        inner = runner.children_of(self.proc.pid) if self.runtime.backend in backends.NAMESPACED else []
+        inner = processes.children_of(self.proc.pid) if self.runtime.backend in backends.NAMESPACED else []
         return {self.proc.pid, *inner}
 
     def clear(self) -> None:

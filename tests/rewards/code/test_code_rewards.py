@@ -12,14 +12,9 @@ from grpo_cli.config.schema import RewardFunctionConfig, SandboxConfig
 from grpo_cli.rewards import RewardBatch, RewardExecutor, RewardFusion, resolve_reward_sources, score_and_fuse
 from grpo_cli.rewards.builtin import BUILTIN_REWARDS
 from grpo_cli.rewards.code import HarnessFault
-from grpo_cli.rewards.code.rewards import (
-    TASK_COLUMNS,
-    code_compiles,
-    code_similarity,
-    code_style,
-    code_tests,
-    sandbox_backend,
-)
+from grpo_cli.rewards.code.batch import sandbox_backend
+from grpo_cli.rewards.code.sandboxed_rewards import TASK_COLUMNS, code_tests
+from grpo_cli.rewards.code.static_rewards import code_compiles, code_similarity, code_style
 from tests.conftest import read_metrics, run_grpo
 from tests.rewards.code.conftest import MODES, REQUIRED_BACKENDS, isolation_missing, mode_id
 

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from grpo_cli.rewards.code import CandidateFailure, Sandbox, SandboxConfig
-from grpo_cli.rewards.code.rewards import code_tests
+from grpo_cli.rewards.code.sandboxed_rewards import code_tests
 from tests.rewards.code.conftest import AS_ROOT, BACKENDS, ISOLATED, assert_clean, sandbox_processes
 
 

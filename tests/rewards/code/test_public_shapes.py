@@ -11,7 +11,7 @@ import pytest
 
 from grpo_cli.config.schema import RewardFunctionConfig
 from grpo_cli.errors import GrpoError
-from grpo_cli.rewards.code.rewards import TASK_COLUMNS, code_efficiency, code_tests
+from grpo_cli.rewards.code.sandboxed_rewards import TASK_COLUMNS, code_efficiency, code_tests
 from grpo_cli.rewards.sources import resolve_reward_sources, reward_diagnostics
 
 FAST = {"timeout_s": 5.0, "workers": 2}
