@@ -38,7 +38,7 @@ BUILTIN_REWARDS: dict[str, Callable[..., list[float | None]]] = {
     "format": think_answer_format,
     "overlong": overlong,
     "repetition": repetition,
-    # Code (DESIGN.md §3, §6). Importing them is cheap: the sandbox starts on code_tests' first call.
+    # Code (docs/architecture.md §3, §5). Importing them is cheap: the sandbox starts on code_tests' first call.
     "code_compiles": code_compiles,
     "code_tests": code_tests,
     "code_style": code_style,

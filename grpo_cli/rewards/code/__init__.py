@@ -1,4 +1,4 @@
-"""Code rewards and the sandbox they run candidates in (DESIGN.md §3, §6).
+"""Code rewards and the sandbox they run candidates in (docs/architecture.md §3, §5).
 
 `SandboxConfig` is the `sandbox.*` config section's class (grpo_cli.config.schema), re-exported.
 """

@@ -1,4 +1,4 @@
-"""The two ways a sandboxed run can fail, kept apart because they score differently (DESIGN.md §6)."""
+"""The two ways a sandboxed run can fail, kept apart because they score differently (docs/architecture.md §5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Run model-written code without trusting it: one fresh sandboxed process per completion (DESIGN.md §6).
+"""Run model-written code without trusting it: one fresh sandboxed process per completion (docs/architecture.md §5).
 
     sandbox = Sandbox(SandboxConfig(timeout_s=5))
     with sandbox.session(source, "add") as s:   # a fresh process; the candidate is imported as nobody

@@ -1,7 +1,7 @@
 """Code task formats: from a completion to a program, and from dataset tests to checks the parent runs.
 
 A completion is either a whole program or a function body that continues the prompt; a markdown
-fence around it is dropped. Tests come in the public shapes (DESIGN.md §6): `test` (HumanEval's
+fence around it is dropped. Tests come in the public shapes (docs/architecture.md §5): `test` (HumanEval's
 `check(candidate)`), `test_list` (MBPP's assert strings) and `io` (stdin/stdout pairs). Nothing here
 runs candidate code: `CallCase` and `ExprCase` are plain descriptions the reward evaluates.
 """
