@@ -25,17 +25,13 @@ from grpo_cli.rewards.code.tasks import (
     UnitTally,
     assemble_program,
     check_units,
+    column,
     output_lines,
     parse_test_list,
     prompt_definitions,
     strict_equal,
     test_setup,
 )
-
-
-def column(values: list[Any] | None, n: int) -> list[Any]:
-    """A data column as a list of `n` rows; all None when the batch has no such column."""
-    return [None] * n if values is None else list(values)
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from grpo_cli.rewards.code.batch import BATCH_TIMEOUT_S, sandbox_backend, score_jobs, settings_key
-from grpo_cli.rewards.code.judge import Task, VerdictMemo, column, judge, tasks_from_columns
+from grpo_cli.rewards.code.judge import Task, VerdictMemo, judge, tasks_from_columns
 from grpo_cli.rewards.code.sandbox import Sandbox
-from grpo_cli.rewards.code.tasks import compiles, reaches_into_interpreter, strip_fences
+from grpo_cli.rewards.code.tasks import column, compiles, reaches_into_interpreter, strip_fences
 
 TASK_COLUMNS = ("entry_point", "test", "test_list", "io", "test_setup_code", "test_imports", "challenge_test_list")
 CODE_TEST_MODES = ("fraction", "all")  # code_tests kwargs.mode: share of units passed | 1 only if all pass

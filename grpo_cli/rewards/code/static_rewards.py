@@ -7,14 +7,10 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from grpo_cli.rewards.code.tasks import assemble_program, compiles, prompt_text, strip_fences
+from grpo_cli.rewards.code.tasks import assemble_program, column, compiles, prompt_text, strip_fences
 from grpo_cli.rewards.rows import score_each
 
 TOKEN = re.compile(r"[A-Za-z_]\w*|\d+(?:\.\d+)?|\S")  # identifiers, numbers, single symbols
-
-
-def _column(values: list[Any] | None, n: int) -> list[Any]:
-    return [None] * n if values is None else list(values)
 
 
 def code_compiles(
@@ -28,7 +24,7 @@ def code_compiles(
     >>> code_compiles(["def inc(x):\\n"] * 3, ["    return x + 1\\n", "    return x +\\n", ""], entry_point=["inc"] * 3)
     [1.0, 0.0, 0.0]
     """
-    entry_point = _column(entry_point, len(completions))
+    entry_point = column(entry_point, len(completions))
     return score_each(
         lambda p, c, e: float(bool(strip_fences(c).strip()) and compiles(assemble_program(p, c, e))),
         prompts,
@@ -102,7 +98,7 @@ def code_style(
     ...            entry_point=["f"] * 2)
     [0.0, 1.0]
     """
-    entry_point = _column(entry_point, len(completions))
+    entry_point = column(entry_point, len(completions))
     return score_each(lambda p, c, e: _style_score(p, c, e, max_line_length), prompts, completions, entry_point)
 
 

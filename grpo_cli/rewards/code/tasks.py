@@ -19,6 +19,11 @@ MAX_SOURCE_CHARS = 100_000  # every cheap check works on at most this much of a 
 FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:```|\Z)", re.DOTALL)  # first block; an unclosed one runs to the end
 
 
+def column(values: list[Any] | None, n: int) -> list[Any]:
+    """A data column as a list of `n` rows; all None when the batch has no such column."""
+    return [None] * n if values is None else list(values)
+
+
 def cap(text: Any, limit: int = MAX_SOURCE_CHARS) -> str:
     """The first `limit` characters of `text` as a string (None becomes "").
 
