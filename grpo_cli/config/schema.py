@@ -162,6 +162,30 @@ class AdaptiveClipConfig:
 
 
 @dataclass
+class DynamicSamplingConfig:
+    """`algo.dynamic_sampling` (DAPO §3.3, verl's filter_groups): a group whose rewards are all equal
+    has zero advantage everywhere and only dilutes the batch; it is dropped and more prompts are
+    drawn until the step holds train.prompts_per_step groups that carry a signal."""
+
+    enabled: bool = False
+    max_draws: int = 4  # generation rounds per step, the first included; then the step trains on what it has (alert)
+
+
+ROLLOUT_CORRECTIONS = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+
+
+@dataclass
+class RolloutCorrectionConfig:
+    """`algo.rollout_correction`: importance weights pi_policy / pi_engine for a rollout engine whose
+    sampling distribution differs from the policy's (rollout.backend=vllm: other kernels, other
+    precision); TRL's vllm_importance_sampling_*, verl's rollout_is. The hf backend samples from the
+    policy itself, so the weight is 1 and nothing is applied."""
+
+    mode: str = "token_truncate"  # ROLLOUT_CORRECTIONS: truncate caps the weight at `cap`; mask drops tokens above it
+    cap: float = 2.0  # the weight's upper bound (verl's default; TRL's is 3.0), > 1
+
+
+@dataclass
 class AlgoConfig:
     """conf/algo/grpo.yaml, the default preset."""
 
@@ -175,6 +199,12 @@ class AlgoConfig:
     num_iterations: int = 1
     mini_batches: int = 1
     mask_truncated: bool = False
+    kl_ratio_correction: bool = False  # k3 term times the ratio pi/pi_old (TRL: use_bias_correction_kl)
+    entropy_coef: float = 0.0  # loss -= coef·entropy; 0: off (entropy is logged either way)
+    clip_ratio_c: float = 0.0  # dual-clip (verl): negative-advantage loss capped at -clip_ratio_c·A; 0: off, else > 1
+    top_entropy_quantile: float = 1.0  # only tokens above this entropy quantile carry gradient (80/20 rule); 1: all
+    dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
     adaptive_clip: AdaptiveClipConfig = field(default_factory=AdaptiveClipConfig)
 
 
@@ -323,6 +353,7 @@ class TrainConfig:
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
+    plan: bool = False  # print the memory plan (expected peak by part) and stop before loading the model
 
 
 @dataclass

@@ -14,6 +14,7 @@ from grpo_cli.config.generation_checks import validate_generation
 from grpo_cli.config.schema import (
     NORMALIZATIONS,
     TRACKERS,
+    AlgoConfig,
     DistributedConfig,
     GuardConfig,
     ModelConfig,
@@ -40,6 +41,7 @@ def validate(cfg: TrainConfig) -> list[str]:
     validate_generation(cfg.model, cfg.data, cfg.rollout)
     _check_optim(cfg.optim)
     _check_adaptive_clip(cfg)
+    _check_variants(cfg.algo)
     _check_lora(cfg.model)
     _check_mini_batches(cfg)
     _check_monitor(cfg.monitor)
@@ -134,6 +136,21 @@ def _check_adaptive_clip(cfg: TrainConfig) -> None:
         fail("algo.adaptive_clip.window", clip.window, "must be at least 2 (a std needs two batch means)")
     if clip.alpha < 0:
         fail("algo.adaptive_clip.alpha", clip.alpha, "must be >= 0 (0: always base)")
+
+
+def _check_variants(algo: AlgoConfig) -> None:
+    """The optional terms of the objective (docs/architecture.md §3, "Variants"): checked even while
+    off, so turning one on later cannot surprise."""
+    if algo.entropy_coef < 0:
+        fail("algo.entropy_coef", algo.entropy_coef, "must be >= 0 (a bonus for entropy; 0: off)")
+    if algo.clip_ratio_c != 0 and algo.clip_ratio_c <= 1:
+        fail("algo.clip_ratio_c", algo.clip_ratio_c, "must be > 1 (verl's dual-clip uses 3.0) or 0 (off)")
+    if not 0 <= algo.top_entropy_quantile <= 1:
+        fail("algo.top_entropy_quantile", algo.top_entropy_quantile, "must be in [0, 1] (1: every token)")
+    if algo.dynamic_sampling.max_draws < 1:
+        fail("algo.dynamic_sampling.max_draws", algo.dynamic_sampling.max_draws, "must be >= 1 (the first draw)")
+    if algo.rollout_correction.cap <= 1:
+        fail("algo.rollout_correction.cap", algo.rollout_correction.cap, "must be > 1 (the weight's upper bound)")
 
 
 def _check_lora(model: ModelConfig) -> None:
