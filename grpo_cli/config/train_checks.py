@@ -7,6 +7,7 @@ section's checks are a small function, called in the order the errors have alway
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from grpo_cli.config.checks import CHOICES, check_at_least_one, check_choice, check_rewards_chosen, fail
@@ -31,8 +32,7 @@ from grpo_cli.errors import GrpoError
 def validate(cfg: TrainConfig) -> list[str]:
     """Reject impossible values; return warnings for legal but doubtful ones."""
     for key, allowed in CHOICES.items():
-        section, name = key.split(".")
-        check_choice(key, getattr(getattr(cfg, section), name), allowed)
+        check_choice(key, functools.reduce(getattr, key.split("."), cfg), allowed)
     _check_precision(cfg.precision)
     _check_guard(cfg.guard)
     _check_counts(cfg)
