@@ -19,11 +19,14 @@ CHUNK_ELEMENTS = 2**25
 
 
 class _TokenLogprobs(torch.autograd.Function):
-    """log softmax(z / T)[y] over rows of z, one chunk of rows in float32 at a time.
+    """log softmax(z / T)[y] over rows of z, and each row's entropy, one chunk of rows in float32 at
+    a time.
 
     Autograd through logsumexp would keep every chunk's fp32 copy alive until backward; this saves
-    only the logits (already in memory, in their own dtype) and the per-row logsumexp, and rebuilds
-    the softmax chunk by chunk in backward: d/dz_j = (1[j = y] - softmax(z / T)_j) / T.
+    only the logits (already in memory, in their own dtype), the per-row logsumexp and entropy, and
+    rebuilds the softmax chunk by chunk in backward. With s = z / T and p = softmax(s):
+    d logp_y / dz_j = (1[j = y] - p_j) / T, and, for the entropy bonus (algo.entropy_coef),
+    dH / dz_j = -p_j (s_j - sum_k p_k s_k) / T, where sum_k p_k s_k = logsumexp(s) - H.
     """
 
     @staticmethod
@@ -32,7 +35,7 @@ class _TokenLogprobs(torch.autograd.Function):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         out = torch.empty(logits.size(0), dtype=torch.float32, device=logits.device)
         lse = torch.empty_like(out)
-        # H = logsumexp(s) - sum_j p_j s_j: one more pass over the chunk already in fp32 (monitoring)
+        # H = logsumexp(s) - sum_j p_j s_j: one more pass over the chunk already in fp32
         entropy = torch.empty_like(out) if with_entropy else out.new_empty(0)
         for start in range(0, logits.size(0), chunk_rows):
             rows = slice(start, start + chunk_rows)
@@ -42,24 +45,36 @@ class _TokenLogprobs(torch.autograd.Function):
             if with_entropy:
                 p = (scaled - lse[rows].unsqueeze(1)).exp_()
                 entropy[rows] = lse[rows] - (p * scaled).sum(-1)
-        ctx.save_for_backward(logits, ids, lse)
+        ctx.save_for_backward(logits, ids, lse, entropy)
         ctx.temperature, ctx.chunk_rows = temperature, chunk_rows
-        ctx.mark_non_differentiable(entropy)
+        ctx.set_materialize_grads(False)  # an unused output's gradient arrives as None: no pass for it
+        if not with_entropy:
+            ctx.mark_non_differentiable(entropy)
         return out, entropy
 
     @staticmethod
     def backward(
-        ctx, grad_out: torch.Tensor, _grad_entropy: torch.Tensor
+        ctx, grad_out: torch.Tensor | None, grad_entropy: torch.Tensor | None
     ) -> tuple[torch.Tensor | None, None, None, None, None]:
-        logits, ids, lse = ctx.saved_tensors
+        logits, ids, lse, entropy = ctx.saved_tensors
         temperature, chunk_rows = ctx.temperature, ctx.chunk_rows
         grad = torch.empty_like(logits)
         for start in range(0, logits.size(0), chunk_rows):
             rows = slice(start, start + chunk_rows)
-            # -softmax(z / T), built in place in the chunk's fp32 copy, then + 1 at the target token
-            minus_p = (logits[rows].float() / temperature).sub_(lse[rows].unsqueeze(1)).exp_().neg_()
-            minus_p.scatter_add_(1, ids[rows].unsqueeze(1), torch.ones_like(lse[rows]).unsqueeze(1))
-            grad[rows] = minus_p.mul_((grad_out[rows] / temperature).unsqueeze(1))
+            target = ids[rows].unsqueeze(1)
+            ones = torch.ones_like(lse[rows]).unsqueeze(1)
+            scaled = logits[rows].float() / temperature
+            if grad_entropy is None:  # the log-prob term only: one fp32 buffer, built in place
+                grad_rows = scaled.sub_(lse[rows].unsqueeze(1)).exp_().neg_().scatter_add_(1, target, ones)
+                grad_rows.mul_((grad_out[rows] / temperature).unsqueeze(1))
+            else:
+                p = (scaled - lse[rows].unsqueeze(1)).exp_()
+                mean_s = (lse[rows] - entropy[rows]).unsqueeze(1)
+                grad_rows = scaled.sub_(mean_s).mul_(p).mul_((-grad_entropy[rows] / temperature).unsqueeze(1))
+                if grad_out is not None:
+                    p.neg_().scatter_add_(1, target, ones).mul_((grad_out[rows] / temperature).unsqueeze(1))
+                    grad_rows.add_(p)
+            grad[rows] = grad_rows
         return grad, None, None, None, None
 
 
@@ -87,8 +102,9 @@ def token_logprobs_and_entropy(
     chunk_rows: int | None = None,
     with_entropy: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`token_logprobs` plus the entropy of each row's distribution softmax(logits / T), in nats
-    and without gradient: the policy's uncertainty where it sampled, from logits already computed.
+    """`token_logprobs` plus the entropy of each row's distribution softmax(logits / T), in nats:
+    the policy's uncertainty where it sampled, from logits already computed. Both are
+    differentiable (the entropy for algo.entropy_coef's bonus).
 
     >>> logits = torch.log(torch.tensor([[0.5, 0.25, 0.25], [1.0, 1e-9, 1e-9]]))
     >>> _, h = token_logprobs_and_entropy(logits, torch.tensor([0, 0]))
@@ -171,6 +187,7 @@ class RolloutRows(Protocol):
     completion_ids: torch.Tensor  # [N, C]
     completion_mask: torch.Tensor  # [N, C]
     group_size: int  # G: rows g*G .. g*G+G-1 share a prompt
+    engine_logps: torch.Tensor | None  # [N, C] the sampling engine's log-probs where it is not the policy
 
 
 def rows_logprobs(

@@ -41,6 +41,54 @@ def clipped_surrogate(
     return loss, low, high
 
 
+def dual_clip(loss: torch.Tensor, advantages: torch.Tensor, clip_ratio_c: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl's dual-clip (Ye et al. 2020): on a negative-advantage token the clipped surrogate's loss
+    grows with the ratio without bound, so one stale token with a huge ratio can dominate a step;
+    it is capped at -clip_ratio_c·A, where its gradient stops. Returns (loss, capped indicator).
+
+    >>> loss, capped = dual_clip(torch.tensor([[5.0, 0.5, -2.0]]), torch.tensor([-1.0]), 3.0)
+    >>> loss.tolist(), capped.tolist()
+    ([[3.0, 0.5, -2.0]], [[True, False, False]])
+    """
+    adv = advantages.unsqueeze(-1)
+    cap = -adv * clip_ratio_c
+    capped = (adv < 0) & (loss > cap)
+    return torch.where(capped, cap.expand_as(loss), loss), capped
+
+
+def high_entropy_mask(entropies: torch.Tensor, mask: torch.Tensor, threshold: float) -> torch.Tensor:
+    """[B, T] the loss tokens whose entropy reaches the `threshold` value (a quantile of the batch's
+    loss-token entropies): "Beyond the 80/20 rule" (Wang et al. 2025) trains only these forking
+    tokens; the rest, near-certain, carry little signal and mostly noise."""
+    return (entropies >= threshold) & mask.bool()
+
+
+def rollout_correction(
+    policy_logps: torch.Tensor, engine_logps: torch.Tensor, mask: torch.Tensor, mode: str, cap: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Importance weights pi_policy / pi_engine of tokens a different engine sampled (vLLM: other
+    kernels, other precision), so the gradient is the policy's; capped (`*_truncate`) or zeroed
+    above the cap (`*_mask`) to bound the variance, per token or per sequence (the sum of the
+    sequence's log-ratios, as TRL). Returns (weights [B, T] or [B, 1], capped indicator of the same
+    shape). No gradient flows through the weights.
+
+    >>> w, capped = rollout_correction(torch.tensor([[0.0, -1.0]]), torch.tensor([[-1.0, -1.0]]),
+    ...                                torch.ones(1, 2), "token_truncate", 2.0)
+    >>> [round(v, 4) for v in w[0].tolist()], capped.tolist()
+    ([2.0, 1.0], [[True, False]])
+    """
+    log_ratio = torch.nan_to_num(policy_logps.detach() - engine_logps, nan=0.0) * mask  # NaN: no engine figure
+    if mode.startswith("sequence"):
+        log_ratio = log_ratio.sum(-1, keepdim=True)
+    weights = torch.exp(log_ratio)
+    capped = weights > cap
+    if mode.endswith("truncate"):
+        return weights.clamp(max=cap), capped
+    if mode.endswith("mask"):
+        return weights.masked_fill(capped, 0.0), capped
+    raise ValueError(f"unknown rollout correction {mode!r}")
+
+
 def kl_penalty(logps: torch.Tensor, ref_logps: torch.Tensor, estimator: str = "k3") -> torch.Tensor:
     """Per-token estimate of KL(pi || pi_ref) from samples of pi (Schulman's k1/k2/k3)."""
     if estimator == "k1":

@@ -17,6 +17,11 @@ class Collective(Protocol):
 
     def sum(self, values: torch.Tensor) -> torch.Tensor: ...
 
+    def gather(self, values: torch.Tensor) -> torch.Tensor:
+        """Every process's 1-D `values`, concatenated in process order (lengths may differ): a
+        quantile over the global batch (algo.top_entropy_quantile)."""
+        ...
+
 
 class SingleProcess:
     """One process: every sum is the local value."""
@@ -24,6 +29,9 @@ class SingleProcess:
     size = 1
 
     def sum(self, values: torch.Tensor) -> torch.Tensor:
+        return values
+
+    def gather(self, values: torch.Tensor) -> torch.Tensor:
         return values
 
 

@@ -18,7 +18,8 @@ import torch
 
 from grpo_cli.config.schema import AlgoConfig
 from grpo_cli.core.logprobs import RolloutRows, rows_logprobs
-from grpo_cli.core.loss import LossNormalizer, aggregate_loss, clipped_surrogate, importance_ratio, kl_penalty
+from grpo_cli.core.loss import LossNormalizer, aggregate_loss
+from grpo_cli.core.objective import entropy_bonus, token_loss
 from grpo_cli.core.parallel import Collective, SingleProcess, unwrap
 from grpo_cli.core.update_stats import EntropySum, MicroSums, UpdateStats, UpdateTotals
 
@@ -92,6 +93,12 @@ class Objective:
     def reuse_old(self) -> bool:
         return self.old_logps is not None
 
+    @property
+    def needs_entropy(self) -> bool:
+        """The update pass computes entropies: to report them (it is the only pass that sees the
+        sampling policy), or because the loss uses them."""
+        return not self.reuse_old or self.algo.entropy_coef > 0 or self.algo.top_entropy_quantile < 1
+
 
 @torch.no_grad()
 def logprobs_without_grad(
@@ -152,40 +159,54 @@ def micro_step(
     normalizer: LossNormalizer,
     micro_tokens: float,
 ) -> MicroSums:
-    """Forward and backward on one micro-batch: its share of the step's loss, and its sums."""
+    """Forward and backward on one micro-batch: its share of the step's loss, and its sums.
+
+    The per-token loss is `core.objective.token_loss`, aggregated by loss_type, minus the entropy
+    bonus (docs/architecture.md §3).
+    """
+    algo, rollout = objective.algo, batch.rollout
     with learner.autocast():
         logps, entropies = rows_logprobs(
             learner.model,
-            batch.rollout,
+            rollout,
             micro,
             objective.settings.temperature,
             objective.settings.layout,
-            with_entropy=not objective.reuse_old,  # one update: this pass sees every row, unmoved
+            with_entropy=objective.needs_entropy,
         )
     entropy = entropy_tokens = 0.0
-    if not objective.reuse_old:
-        completion_mask = batch.rollout.completion_mask[micro]
-        entropy, entropy_tokens = (entropies * completion_mask).sum().item(), completion_mask.sum().item()
+    if not objective.reuse_old:  # one update: this pass sees every row under the sampling policy
+        completion_mask = rollout.completion_mask[micro]
+        entropy = (entropies.detach() * completion_mask).sum().item()
+        entropy_tokens = completion_mask.sum().item()
     old = objective.old_logps[micro] if objective.old_logps is not None else logps.detach()
-    mask, algo = batch.loss_mask[micro], objective.algo
-    ratio = importance_ratio(logps, old, mask, algo.ratio_level)
-    per_token, low, high = clipped_surrogate(ratio, batch.advantages[micro], *objective.epsilons)
-    kl_sum = 0.0
-    if objective.ref_logps is not None:
-        kl = kl_penalty(logps, objective.ref_logps[micro], algo.kl_estimator)
-        per_token = per_token + algo.beta * kl
-        kl_sum = (kl.detach() * mask).sum().item()
-    loss = aggregate_loss(per_token, mask, normalizer, micro_tokens)
+    mask = batch.loss_mask[micro]
+    terms = token_loss(
+        logps,
+        old,
+        batch.advantages[micro],
+        mask,
+        algo,
+        objective.epsilons,
+        ref_logps=objective.ref_logps[micro] if objective.ref_logps is not None else None,
+        engine_logps=rollout.engine_logps[micro] if rollout.engine_logps is not None else None,
+        entropies=entropies,
+        collective=learner.collective,
+    )
+    loss = aggregate_loss(terms.loss, mask, normalizer, micro_tokens)
+    if algo.entropy_coef > 0:
+        loss = loss - algo.entropy_coef * entropy_bonus(entropies, terms.tokens, normalizer, learner.collective)
     shared = loss * learner.collective.size  # DDP averages the processes' gradients; the loss is their sum
     (learner.scaler.scale(shared) if learner.scaler is not None else shared).backward()
     return MicroSums(
         loss=loss.item(),
-        kl=kl_sum,
-        clip_low=(low * mask).sum().item(),
-        clip_high=(high * mask).sum().item(),
+        kl=(terms.kl.detach() * mask).sum().item() if terms.kl is not None else 0.0,
+        clip_low=(terms.clip_low * mask).sum().item(),
+        clip_high=(terms.clip_high * mask).sum().item(),
         tokens=mask.sum().item(),
         entropy=entropy,
         entropy_tokens=entropy_tokens,
+        variants=terms.variants,
     )
 
 

@@ -21,9 +21,13 @@ class UpdateStats:
     optimizer_steps: int  # applied steps (what the scheduler counted)
     skipped_updates: int  # non-finite loss or gradient: weights and optimizer state left alone
     entropy: float  # mean entropy (nats) over the completions' tokens, under the policy that sampled them
+    # the optional terms' figures, each a mean per loss token, present only while its term is on:
+    # clip_frac/dual, entropy/selected, rollout_correction/weight, rollout_correction/capped
+    variants: dict[str, float] = field(default_factory=dict)
 
     def metrics(self) -> dict[str, float | int | None]:
         return {
+            **self.variants,
             "loss": self.loss,
             "entropy": self.entropy,
             "kl": self.kl,
@@ -63,6 +67,7 @@ class MicroSums:
     tokens: float  # loss tokens
     entropy: float  # summed token entropies; 0 when the behaviour pass measured them
     entropy_tokens: float
+    variants: dict[str, float] = field(default_factory=dict)  # UpdateStats.variants' names: sums over loss tokens
 
 
 @dataclass
@@ -76,6 +81,7 @@ class UpdateTotals:
     clip_high: float = 0.0
     tokens: float = 0.0
     entropy: EntropySum = field(default_factory=EntropySum)
+    variants: dict[str, float] = field(default_factory=dict)
     norms: list[float] = field(default_factory=list)  # applied steps' gradient norms, before clipping
     steps: int = 0
     skipped: int = 0
@@ -87,6 +93,8 @@ class UpdateTotals:
         self.tokens += sums.tokens
         self.entropy.total += sums.entropy
         self.entropy.tokens += sums.entropy_tokens
+        for name, value in sums.variants.items():
+            self.variants[name] = self.variants.get(name, 0.0) + value
 
     def applied(self, grad_norm: float, step_loss: float) -> None:
         self.steps += 1
@@ -94,10 +102,10 @@ class UpdateTotals:
         self.loss += step_loss
 
     def stats(self, collective: Collective, with_kl: bool) -> UpdateStats:
+        names = sorted(self.variants)  # the same in every process: the config decides which terms are on
         local = [self.kl, self.clip_low, self.clip_high, self.tokens, self.entropy.total, self.entropy.tokens]
-        kl, low, high, tokens, self.entropy.total, self.entropy.tokens = collective.sum(
-            torch.tensor(local, dtype=torch.float64)
-        ).tolist()
+        summed = collective.sum(torch.tensor(local + [self.variants[n] for n in names], dtype=torch.float64)).tolist()
+        kl, low, high, tokens, self.entropy.total, self.entropy.tokens = summed[: len(local)]
         tokens = max(tokens, 1.0)
         return UpdateStats(
             loss=self.loss / self.steps if self.steps else math.nan,
@@ -108,4 +116,5 @@ class UpdateTotals:
             optimizer_steps=self.steps,
             skipped_updates=self.skipped,
             entropy=self.entropy.mean(),
+            variants={name: value / tokens for name, value in zip(names, summed[len(local) :])},
         )

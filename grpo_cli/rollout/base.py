@@ -19,6 +19,9 @@ class Rollout:
     truncated: torch.Tensor  # [N] bool: no EOS within max_new_tokens
     texts: list[str]  # decoded completions, EOS and padding removed
     group_size: int  # G: rows g*G .. g*G+G-1 share a prompt
+    # [N, C] log-probs of the sampled tokens under the engine that sampled them, where that engine
+    # is not the policy itself (vLLM): algo.rollout_correction weighs by pi_policy / pi_engine
+    engine_logps: torch.Tensor | None = None
 
     @property
     def lengths(self) -> torch.Tensor:
@@ -34,6 +37,7 @@ class Rollout:
             self.truncated[rows],
             [self.texts[i] for i in rows.tolist()],
             group_size,
+            self.engine_logps[rows] if self.engine_logps is not None else None,
         )
 
     def token_lists(self) -> list[list[int]]:
@@ -105,4 +109,5 @@ def concat_rollouts(parts: list[Rollout], pad_token_id: int) -> Rollout:
         torch.cat([r.truncated for r in parts]),
         [text for r in parts for text in r.texts],
         parts[0].group_size,
+        torch.cat([right(r.engine_logps, 0) for r in parts]) if parts[0].engine_logps is not None else None,
     )

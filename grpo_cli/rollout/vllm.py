@@ -15,6 +15,7 @@ depends on its version is confined to `load_weights_into`. Written against vLLM 
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
@@ -70,7 +71,7 @@ def sampling_params_kwargs(
         "stop_token_ids": list(eos_ids),  # every EOS of ours, the generation_config's included
         "ignore_eos": False,
         "seed": seed,  # None: the engine's own random stream (seeded when it is built)
-        "logprobs": None,  # the policy scores the tokens; the engine's log-probs are never used
+        "logprobs": None if greedy else 0,  # 0: the sampled token's own, for algo.rollout_correction
         "detokenize": False,  # finish_rollout decodes the ids itself, so texts match the hf backend's
         "skip_special_tokens": True,  # (only read when detokenizing)
     }
@@ -119,6 +120,7 @@ def engine_kwargs(model: torch.nn.Module, cfg: RolloutConfig, max_prompt_tokens:
         "enforce_eager": cfg.vllm.enforce_eager,
         "seed": torch.initial_seed() % 2**32,  # the run's seed (seed_everything runs before the generator is made)
         "generation_config": "vllm",  # vLLM's neutral defaults, not the checkpoint's sampling settings
+        "logprobs_mode": "processed_logprobs",  # log-probs after temperature, as the policy's are (and TRL's)
     }
 
 
@@ -178,6 +180,29 @@ def completion_rows(outputs: Sequence[Any], num_generations: int, eos_ids: list[
     return rows
 
 
+def completion_logprobs(outputs: Sequence[Any], num_generations: int) -> list[list[float]] | None:
+    """The engine's log-prob of each sampled token, row by row as `completion_rows` lays them out;
+    None when the engine returned none (greedy). A stop token `completion_rows` put back has no
+    engine log-prob: NaN there, which the correction reads as agreement (weight 1).
+
+    >>> from types import SimpleNamespace
+    >>> lp = lambda v: {0: SimpleNamespace(logprob=v)}  # vLLM: {token id: Logprob}, the sampled one only
+    >>> out = [SimpleNamespace(outputs=[SimpleNamespace(token_ids=(0, 0), logprobs=[lp(-0.5), lp(-1.0)])])]
+    >>> completion_logprobs(out, 1)
+    [[-0.5, -1.0]]
+    """
+    rows = []
+    for request in outputs:
+        group = []
+        for completion in request.outputs:
+            if getattr(completion, "logprobs", None) is None:
+                return None
+            values = [position[token].logprob for token, position in zip(completion.token_ids, completion.logprobs)]
+            group.append(values)
+        rows.extend(group if len(group) == num_generations else group * num_generations)
+    return rows
+
+
 def right_padded(rows: list[list[int]], pad_id: int, device: torch.device) -> torch.Tensor:
     """[N, C] token ids, C the longest row, shorter rows padded on the right."""
     width = max((len(row) for row in rows), default=0)
@@ -228,7 +253,7 @@ class VLLMGenerator:
         kwargs = sampling_params_kwargs(self.cfg, num_generations, self.eos_ids, greedy, self.seed)
         outputs = self.engine.generate(prompts, sampling_params=self.sampling_params(**kwargs), use_tqdm=False)
         rows = completion_rows(outputs, num_generations, self.eos_ids)
-        return finish_rollout(
+        rollout = finish_rollout(
             prompt_ids.repeat_interleave(num_generations, dim=0),
             prompt_mask.repeat_interleave(num_generations, dim=0),
             right_padded(rows, self.pad_id, prompt_ids.device),
@@ -236,3 +261,9 @@ class VLLMGenerator:
             self.tokenizer,
             num_generations,
         )
+        engine_logps = completion_logprobs(outputs, num_generations)
+        if engine_logps is not None:
+            width = rollout.completion_ids.size(1)
+            padded = [row + [math.nan] * (width - len(row)) for row in engine_logps]
+            rollout.engine_logps = torch.tensor(padded, dtype=torch.float32, device=prompt_ids.device)
+        return rollout

@@ -89,7 +89,7 @@ def test_sampling_settings_map_one_to_one_onto_vllm() -> None:
         "stop_token_ids": [258, 7],
         "ignore_eos": False,
         "seed": 5,
-        "logprobs": None,
+        "logprobs": 0,  # the sampled token's engine log-prob: algo.rollout_correction
         "detokenize": False,
         "skip_special_tokens": True,
     }

@@ -1,0 +1,103 @@
+"""The per-token objective of one micro-batch: the clipped surrogate and the optional terms around
+it, composed in one place so micro_step, the tests and the docs share one definition
+(docs/architecture.md §3, "The loss, term by term").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from grpo_cli.config.schema import AlgoConfig
+from grpo_cli.core.loss import (
+    LossNormalizer,
+    clipped_surrogate,
+    dual_clip,
+    high_entropy_mask,
+    importance_ratio,
+    kl_penalty,
+    rollout_correction,
+)
+from grpo_cli.core.parallel import Collective, SingleProcess
+
+
+@dataclass
+class TokenLoss:
+    """[B, T] per-token loss before aggregation, and what the step reports of it."""
+
+    loss: torch.Tensor
+    tokens: torch.Tensor  # [B, T] the tokens the entropy bonus averages over: the loss mask, or the selected ones
+    clip_low: torch.Tensor  # [B, T] bool: the lower clip changed the objective
+    clip_high: torch.Tensor
+    kl: torch.Tensor | None  # [B, T] the KL estimate (without the ratio weight); None without a reference
+    variants: dict[str, float] = field(default_factory=dict)  # UpdateStats.variants' sums over loss tokens
+
+
+def token_loss(
+    logps: torch.Tensor,
+    old_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    algo: AlgoConfig,
+    epsilons: tuple[float, float],
+    *,
+    ref_logps: torch.Tensor | None = None,
+    engine_logps: torch.Tensor | None = None,
+    entropies: torch.Tensor | None = None,
+    collective: Collective | None = None,
+) -> TokenLoss:
+    """The per-token loss, in TRL's order: the clipped surrogate (dual-clipped with clip_ratio_c),
+    kept on the high-entropy tokens only (top_entropy_quantile), weighted by the rollout correction
+    (engine_logps), plus β·KL (times the importance ratio with kl_ratio_correction).
+
+    `old_logps` are the sampling policy's log-probs (logps.detach() for a single update);
+    `entropies` are needed when top_entropy_quantile < 1.
+    """
+    collective = collective if collective is not None else SingleProcess()
+    variants: dict[str, float] = {}
+    ratio = importance_ratio(logps, old_logps, mask, algo.ratio_level)
+    loss, low, high = clipped_surrogate(ratio, advantages, *epsilons)
+    if algo.clip_ratio_c > 0:
+        loss, dual = dual_clip(loss, advantages, algo.clip_ratio_c)
+        variants["clip_frac/dual"] = (dual * mask).sum().item()
+    tokens = mask
+    if algo.top_entropy_quantile < 1:
+        if entropies is None:
+            raise ValueError("algo.top_entropy_quantile < 1 selects tokens by entropy: pass the entropies")
+        tokens = high_entropy_tokens(entropies.detach(), mask, algo.top_entropy_quantile, collective)
+        loss = loss * tokens
+        variants["entropy/selected"] = tokens.sum().item()
+    if engine_logps is not None and algo.rollout_correction.mode != "none":
+        correction = algo.rollout_correction
+        weights, capped = rollout_correction(old_logps, engine_logps, mask, correction.mode, correction.cap)
+        loss = loss * weights
+        variants["rollout_correction/weight"] = (weights * mask).sum().item()
+        variants["rollout_correction/capped"] = (capped * mask).sum().item()
+    kl = None
+    if ref_logps is not None:
+        kl = kl_penalty(logps, ref_logps, algo.kl_estimator)
+        loss = loss + algo.beta * (kl * ratio if algo.kl_ratio_correction else kl)
+    return TokenLoss(loss, tokens, low, high, kl, variants)
+
+
+def high_entropy_tokens(
+    entropies: torch.Tensor, mask: torch.Tensor, quantile: float, collective: Collective
+) -> torch.Tensor:
+    """[B, T] float: the loss tokens at or above the (1 - quantile) quantile of the entropies of the
+    micro-batch's loss tokens over every process (TRL's top_entropy_quantile, per forward batch)."""
+    values = collective.gather(entropies[mask.bool()].float())
+    if values.numel() == 0:
+        return torch.zeros_like(mask)
+    threshold = torch.quantile(values, 1 - quantile).item()
+    return high_entropy_mask(entropies, mask, threshold).to(mask.dtype)
+
+
+def entropy_bonus(
+    entropies: torch.Tensor, tokens: torch.Tensor, normalizer: LossNormalizer, collective: Collective
+) -> torch.Tensor:
+    """This micro-batch's share of the mean entropy over `tokens` (the loss tokens, or the selected
+    ones) over every process: the same mean whatever the loss_type (as TRL), averaged over the
+    step's micro-batches; the loss subtracts entropy_coef times it."""
+    count = collective.sum(tokens.sum().detach().double().reshape(1)).item()
+    return (entropies * tokens).sum() / max(count, 1.0) / normalizer.micro_batches
