@@ -20,10 +20,13 @@ from tests.rollout.test_vllm_backend import StandInLLM, tiny  # noqa: F401 (tiny
 
 class LogprobEngine(StandInLLM):
     """Each completion also carries vLLM's `logprobs`: per position {sampled id: Logprob}, as
-    SamplingParams(logprobs=0) returns them; -0.1·(position + 1) for every row."""
+    SamplingParams(logprobs=0) returns them; -0.1·(position + 1) for every row. None when
+    SamplingParams(logprobs=None), as vLLM."""
 
     def generate(self, prompts, sampling_params, use_tqdm):
         outputs = super().generate(prompts, sampling_params, use_tqdm)
+        if sampling_params["logprobs"] is None:  # as vLLM: none asked, none returned
+            return outputs
         for request in outputs:
             for completion in request.outputs:
                 completion.logprobs = [
