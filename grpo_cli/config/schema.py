@@ -171,6 +171,7 @@ class DynamicSamplingConfig:
     max_draws: int = 4  # generation rounds per step, the first included; then the step trains on what it has (alert)
 
 
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo")  # algo.loss_type
 ROLLOUT_CORRECTIONS = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 
 
@@ -189,7 +190,7 @@ class RolloutCorrectionConfig:
 class AlgoConfig:
     """conf/algo/grpo.yaml, the default preset."""
 
-    loss_type: str = "grpo"  # grpo | bnpo | dr_grpo | dapo
+    loss_type: str = "grpo"  # LOSS_TYPES: how token losses are averaged; cispo and sapo also change the token loss
     scale_rewards: str = "group"  # group | batch | none
     epsilon_low: float = 0.2
     epsilon_high: float = 0.2
@@ -201,6 +202,9 @@ class AlgoConfig:
     mask_truncated: bool = False
     kl_ratio_correction: bool = False  # k3 term times the ratio pi/pi_old (TRL: use_bias_correction_kl)
     entropy_coef: float = 0.0  # loss -= coef·entropy; 0: off (entropy is logged either way)
+    delta: float = 0.0  # two-sided clipping (INTELLECT-2, TRL's delta): the ratio capped at delta; 0: off
+    sapo_temperature_pos: float = 1.0  # loss_type=sapo: the gate's temperature where A > 0
+    sapo_temperature_neg: float = 1.05  # loss_type=sapo: where A <= 0 (steeper: negative updates decay faster)
     clip_ratio_c: float = 0.0  # dual-clip (verl): negative-advantage loss capped at -clip_ratio_c·A; 0: off, else > 1
     top_entropy_quantile: float = 1.0  # only tokens above this entropy quantile carry gradient (80/20 rule); 1: all
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)

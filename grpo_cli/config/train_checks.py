@@ -143,6 +143,25 @@ def _check_variants(algo: AlgoConfig) -> None:
     off, so turning one on later cannot surprise."""
     if algo.entropy_coef < 0:
         fail("algo.entropy_coef", algo.entropy_coef, "must be >= 0 (a bonus for entropy; 0: off)")
+    for key in ("sapo_temperature_pos", "sapo_temperature_neg"):
+        if getattr(algo, key) <= 0:
+            fail(f"algo.{key}", getattr(algo, key), "must be > 0 (the sigmoid gate's temperature)")
+    if algo.loss_type in ("cispo", "sapo"):
+        for key in ("delta", "clip_ratio_c"):
+            if getattr(algo, key):
+                why = f"bounds the clipped surrogate, which loss_type={algo.loss_type} has not"
+                fail(f"algo.{key}", getattr(algo, key), why)
+        if algo.adaptive_clip.enabled:
+            fail("algo.adaptive_clip.enabled", True, f"adapts a clip range, which loss_type={algo.loss_type} has not")
+    if algo.loss_type == "cispo" and algo.epsilon_high < 1:
+        fail(
+            "algo.epsilon_high",
+            algo.epsilon_high,
+            "is CISPO's cap on the importance weight (MiniMax-M1 and ScaleRL use about 5): below 1 it scales "
+            "down every on-policy token's gradient; algo=cispo sets it",
+        )
+    if algo.delta != 0 and algo.delta <= 1 + algo.epsilon_high:
+        fail("algo.delta", algo.delta, f"must be > 1 + algo.epsilon_high ({1 + algo.epsilon_high}), or 0 (off)")
     if algo.clip_ratio_c != 0 and algo.clip_ratio_c <= 1:
         fail("algo.clip_ratio_c", algo.clip_ratio_c, "must be > 1 (verl's dual-clip uses 3.0) or 0 (off)")
     if not 0 <= algo.top_entropy_quantile <= 1:

@@ -25,20 +25,54 @@ def importance_ratio(
 
 
 def clipped_surrogate(
-    ratio: torch.Tensor, advantages: torch.Tensor, epsilon_low: float, epsilon_high: float
+    ratio: torch.Tensor, advantages: torch.Tensor, epsilon_low: float, epsilon_high: float, delta: float = 0.0
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """-min(rho*A, clip(rho, 1-eps_low, 1+eps_high)*A) per token (PPO; DAPO's clip-higher).
 
-    Returns (loss [B, T], clipped-low indicator, clipped-high indicator); a token counts as
-    clipped only where the clip changed the objective.
+    `delta` > 0 (INTELLECT-2's two-sided clipping, TRL's delta) also caps the unclipped term's
+    ratio at delta: on a negative-advantage token the loss stops growing there. Returns (loss
+    [B, T], clipped-low indicator, clipped-high indicator); a token counts as clipped only where
+    the clip changed the objective.
     """
     adv = advantages.unsqueeze(-1)
-    unclipped = ratio * adv
+    unclipped = (ratio.clamp(max=delta) if delta > 0 else ratio) * adv
     clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high) * adv
     loss = -torch.min(unclipped, clipped)
     low = (ratio < 1 - epsilon_low) & (adv < 0)
     high = (ratio > 1 + epsilon_high) & (adv > 0)
     return loss, low, high
+
+
+def cispo_loss(
+    logps: torch.Tensor, ratio: torch.Tensor, advantages: torch.Tensor, epsilon_high: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """CISPO (MiniMax-M1): -sg(min(rho, eps_high))·A·log pi per token. The clipped ratio is a
+    stop-gradient weight, so no token's gradient is ever dropped (PPO's clip zeroes it), only
+    damped; `epsilon_high` is the weight's cap (the paper and ScaleRL use about 5). Returns (loss,
+    capped indicator).
+
+    >>> loss, capped = cispo_loss(torch.tensor([[-1.0, -2.0]]), torch.tensor([[6.0, 2.0]]), torch.tensor([1.0]), 5.0)
+    >>> loss.tolist(), capped.tolist()
+    ([[5.0, 4.0]], [[True, False]])
+    """
+    weight = ratio.clamp(max=epsilon_high).detach()
+    return -weight * advantages.unsqueeze(-1) * logps, (ratio > epsilon_high).expand_as(logps)
+
+
+def sapo_loss(
+    ratio: torch.Tensor, advantages: torch.Tensor, temperature_pos: float, temperature_neg: float
+) -> torch.Tensor:
+    """SAPO (soft adaptive policy optimization): -(4/tau)·sigmoid(tau·(rho - 1))·A per token, a
+    smooth gate in place of the hard clip: at rho = 1 its gradient is -A, as PPO's, and it fades
+    as rho leaves 1 instead of dropping to zero at 1 ± eps; tau is `temperature_pos` where A > 0,
+    `temperature_neg` elsewhere.
+
+    >>> [round(v, 4) for v in sapo_loss(torch.tensor([[1.0, 2.0]]), torch.tensor([1.0]), 1.0, 1.05)[0].tolist()]
+    [-2.0, -2.9242]
+    """
+    adv = advantages.unsqueeze(-1)
+    tau = torch.where(adv > 0, temperature_pos, temperature_neg).to(ratio.dtype)
+    return -torch.sigmoid(tau * (ratio - 1)) * 4 / tau * adv
 
 
 def dual_clip(loss: torch.Tensor, advantages: torch.Tensor, clip_ratio_c: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -135,13 +169,13 @@ def aggregate_loss(
     `micro_tokens` (bnpo) counts the micro-batch's loss tokens over every data-parallel process,
     of which `mask` is one share; None: `mask` is the whole micro-batch.
 
-    grpo:    mean over sequences of (sum_t m*l / sum_t m)
-    bnpo:    sum m*l / sum m within each micro-batch, averaged over micro-batches
-    dr_grpo: sum m*l / (B * max_new_tokens)
-    dapo:    sum m*l / (tokens in the whole mini-batch)
+    grpo, sapo:  mean over sequences of (sum_t m*l / sum_t m)
+    bnpo:        sum m*l / sum m within each micro-batch, averaged over micro-batches
+    dr_grpo:     sum m*l / (B * max_new_tokens)
+    dapo, cispo: sum m*l / (tokens in the whole mini-batch)
     """
     masked = per_token_loss * mask
-    if norm.loss_type == "grpo":
+    if norm.loss_type in ("grpo", "sapo"):
         per_seq = masked.sum(-1) / mask.sum(-1).clamp(min=1)
         return per_seq.sum() / max(norm.sequences, 1)
     if norm.loss_type == "bnpo":
@@ -149,6 +183,6 @@ def aggregate_loss(
         return masked.sum() / tokens / norm.micro_batches
     if norm.loss_type == "dr_grpo":
         return masked.sum() / (max(norm.sequences, 1) * norm.max_new_tokens)
-    if norm.loss_type == "dapo":
+    if norm.loss_type in ("dapo", "cispo"):
         return masked.sum() / max(norm.tokens, 1)
     raise ValueError(f"unknown loss_type {norm.loss_type!r}")

@@ -12,12 +12,14 @@ import torch
 from grpo_cli.config.schema import AlgoConfig
 from grpo_cli.core.loss import (
     LossNormalizer,
+    cispo_loss,
     clipped_surrogate,
     dual_clip,
     high_entropy_mask,
     importance_ratio,
     kl_penalty,
     rollout_correction,
+    sapo_loss,
 )
 from grpo_cli.core.parallel import Collective, SingleProcess
 
@@ -47,7 +49,8 @@ def token_loss(
     entropies: torch.Tensor | None = None,
     collective: Collective | None = None,
 ) -> TokenLoss:
-    """The per-token loss, in TRL's order: the clipped surrogate (dual-clipped with clip_ratio_c),
+    """The per-token loss, in TRL's order: the policy term (the clipped surrogate, two-sided with
+    delta, dual-clipped with clip_ratio_c; or CISPO's or SAPO's by loss_type),
     kept on the high-entropy tokens only (top_entropy_quantile), weighted by the rollout correction
     (engine_logps), plus β·KL (times the importance ratio with kl_ratio_correction).
 
@@ -57,7 +60,14 @@ def token_loss(
     collective = collective if collective is not None else SingleProcess()
     variants: dict[str, float] = {}
     ratio = importance_ratio(logps, old_logps, mask, algo.ratio_level)
-    loss, low, high = clipped_surrogate(ratio, advantages, *epsilons)
+    if algo.loss_type == "cispo":
+        loss, high = cispo_loss(logps, ratio, advantages, epsilons[1])
+        low = torch.zeros_like(high)
+    elif algo.loss_type == "sapo":
+        loss = sapo_loss(ratio, advantages, algo.sapo_temperature_pos, algo.sapo_temperature_neg)
+        low = high = torch.zeros_like(loss, dtype=torch.bool)  # a soft gate clips nothing
+    else:
+        loss, low, high = clipped_surrogate(ratio, advantages, *epsilons, delta=algo.delta)
     if algo.clip_ratio_c > 0:
         loss, dual = dual_clip(loss, advantages, algo.clip_ratio_c)
         variants["clip_frac/dual"] = (dual * mask).sum().item()
