@@ -8,7 +8,7 @@ no core imports here: a library user can score completions with the code the tra
 from grpo_cli.rewards.batch import COMPLETION_LENGTHS, RewardBatch
 from grpo_cli.rewards.builtin import BUILTIN_REWARDS
 from grpo_cli.rewards.executor import BatchScores, RewardExecutor
-from grpo_cli.rewards.fusion import FusionResult, NoRewardLeft, RewardFusion, fuse_rewards, score_and_fuse
+from grpo_cli.rewards.fusion import FusionResult, NoRewardLeft, RewardFusion, fuse_rewards, score_and_fuse, score_batch
 from grpo_cli.rewards.reward_model import RewardModelScorer
 from grpo_cli.rewards.rows import RowScores, score_each
 from grpo_cli.rewards.sources import (
@@ -38,4 +38,5 @@ __all__ = [
     "reward_diagnostics",
     "score_each",
     "score_and_fuse",
+    "score_batch",
 ]

@@ -318,6 +318,28 @@ class RewardFusion:
         self.masked = [name for name in state.get("masked", []) if name in self._by_name]
 
 
+def score_batch(
+    executor: RewardExecutor,
+    fusion: RewardFusion,
+    batch: RewardBatch,
+    combine: Callable[[dict[str, BatchScores]], dict[str, BatchScores]] | None = None,
+) -> dict[str, BatchScores]:
+    """Every source's raw scores for `batch`, by name, before any fusion: each source not masked
+    is called (a masked one is not called again and scores NaN).
+
+    Apart from `score_and_fuse` so a caller can look at a batch's scores before deciding what to
+    fuse: dynamic sampling (training/dynamic_sampling.py) scores every draw once and fuses only
+    the groups it keeps. `combine`: see `score_and_fuse`."""
+    n = len(batch)
+    active = [s for s in fusion.sources if s.name not in fusion.masked]
+    scores = executor.run(active, batch.prompts, batch.completions, batch.columns)
+    for s in fusion.sources:  # masked ones still carry the batch length when nothing else does
+        scores.setdefault(s.name, BatchScores([math.nan] * n))
+    if not scores:  # no reward configured: nothing can score anything
+        scores = {"": BatchScores([math.nan] * n)}
+    return combine(scores) if combine is not None else scores
+
+
 def score_and_fuse(
     executor: RewardExecutor,
     fusion: RewardFusion,
@@ -333,15 +355,7 @@ def score_and_fuse(
     `combine` (data-parallel training) turns this process's scores into the global batch's, in
     process order, before the fusion: normalisation statistics, failure counts and masks then
     see every completion, and every process fuses the same batch into the same state."""
-    n = len(batch)
-    active = [s for s in fusion.sources if s.name not in fusion.masked]
-    scores = executor.run(active, batch.prompts, batch.completions, batch.columns)
-    for s in fusion.sources:  # masked ones still carry the batch length when nothing else does
-        scores.setdefault(s.name, BatchScores([math.nan] * n))
-    if not scores:  # no reward configured: nothing can score anything
-        scores = {"": BatchScores([math.nan] * n)}
-    if combine is not None:
-        scores = combine(scores)
+    scores = score_batch(executor, fusion, batch, combine)
     return fusion.fuse(scores, batch.group_size, weights, update_state=update_state, grouped=grouped)
 
 

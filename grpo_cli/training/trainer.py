@@ -21,6 +21,7 @@ from grpo_cli.core.clip import AdaptiveClip
 from grpo_cli.core.loss import completion_loss_mask
 from grpo_cli.core.precision import effective_precision, weights_dtype
 from grpo_cli.core.update import UpdateBatch, policy_update
+from grpo_cli.core.update_stats import UpdateTotals
 from grpo_cli.data import PromptSampler, check_prompts_per_step, load_examples, split_examples
 from grpo_cli.evaluation import SuccessRule
 from grpo_cli.models import frozen_reference, load_policy, pick_device, set_cpu_threads
@@ -41,6 +42,7 @@ from grpo_cli.training.alerts import StepAlerts
 from grpo_cli.training.checkpointing import Policy, RunCheckpoints
 from grpo_cli.training.curriculum import RewardCurriculum
 from grpo_cli.training.distributed import World, check_divisible
+from grpo_cli.training.dynamic_sampling import DynamicSampler, ScoredBatch, fit_mini_batches
 from grpo_cli.training.guards import GuardVerdict, StabilityGuard, TrainingHalted
 from grpo_cli.training.interrupt import DeferredInterrupt
 from grpo_cli.training.learner import build_learner
@@ -112,6 +114,11 @@ class GRPOTrainer:
         skipped = len(train_examples) - len(self.train_examples)  # data.on_long_prompt=skip may leave too few
         check_prompts_per_step(cfg.train.prompts_per_step, len(self.train_examples), len(eval_examples), skipped)
         self.sampler = PromptSampler(self.train_examples, cfg.train.seed)
+        sampling = self.sampler, self.encoder, self.generator, self.reward_executor, self.reward_fusion, self.world
+        # algo.dynamic_sampling (DAPO): more draws from the same sampler while a step's groups are constant
+        self.refill = (
+            DynamicSampler(cfg, *sampling, self.tokenizer.pad_token_id) if cfg.algo.dynamic_sampling.enabled else None
+        )
         self.learner, self.update_settings, self.lr = build_learner(
             self.model, reference, cfg, precision, self.world, self.device
         )
@@ -128,41 +135,51 @@ class GRPOTrainer:
     def step(self) -> StepResult:
         cfg, g, world = self.cfg, self.cfg.rollout.num_generations, self.world
         t0 = time.perf_counter()
-        batch = self.sampler.next_batch(cfg.train.prompts_per_step)  # the global batch: the same in every process
         if world.size > 1:
             torch.manual_seed(world.sampling_seed(cfg.train.seed, self.step_index))
+        if self.refill is not None:  # algo.dynamic_sampling: rounds until the groups carry a signal
+            return self.train_on(self.refill.fill(self.curriculum.weights(self.step_index)), t0)
+        batch = self.sampler.next_batch(cfg.train.prompts_per_step)  # the global batch: the same in every process
         rollout = generate_groups(world.share(batch), self.encoder, self.generator, g)  # this process's prompts
         return self.learn(batch, rollout, t0)
 
     def learn(self, batch: list[dict[str, Any]], rollout: Rollout, started: float) -> StepResult:
         """Score, advantages, update and the step's figures, for this process's `rollout` of its
         share of `batch` (the step's global prompts); `started` is when the step began."""
-        cfg, g, world = self.cfg, self.cfg.rollout.num_generations, self.world
-        examples = world.share(batch)
-        t0, t_gen = started, time.perf_counter()
-
+        t_gen = time.perf_counter()
         weights = self.curriculum.weights(self.step_index)  # curriculum: by progress through train.steps
+        combine = self.world.gather_scores if self.world.size > 1 else None  # fuse the global batch's scores
+        examples = self.world.share(batch)
+        fusion = score_rollout(examples, rollout, self.reward_executor, self.reward_fusion, weights, combine=combine)
+        timings = {"generate": t_gen - started, "score": time.perf_counter() - t_gen}
+        return self.train_on(ScoredBatch(batch, rollout, fusion, timings), started)
+
+    def train_on(self, scored: ScoredBatch, started: float) -> StepResult:
+        """Advantages, update and the step's figures for a scored batch; `started`: when the step began."""
+        cfg, g, world = self.cfg, self.cfg.rollout.num_generations, self.world
+        batch, rollout, fusion = scored.examples, scored.rollout, scored.fusion
+        t_score = time.perf_counter()
         phase = self.curriculum.announcement(self.step_index, first=not self.phase_announced)
         self.phase_announced = True
-        combine = world.gather_scores if world.size > 1 else None  # fuse the global batch's scores
-        fusion = score_rollout(examples, rollout, self.reward_executor, self.reward_fusion, weights, combine=combine)
         rewards = torch.tensor(fusion.fused, dtype=torch.float32)
         raw = raw_rewards(fusion)  # progress in the rewards' own units, for the clip, the guard and the metrics
         advantages, adv_stats = group_advantages(rewards, g, cfg.algo.scale_rewards)
-        t_score = time.perf_counter()
 
         scores = world.rows(rewards).to(self.device)  # NaN: unscorable, out of the loss
         loss_mask = completion_loss_mask(rollout.completion_mask, rollout.truncated, scores, cfg.algo.mask_truncated)
         lr = self.learner.scheduler.get_last_lr()[0]
         epsilons = self.clip.epsilons(nanmean(raw))  # adaptive clipping: this batch against the last ones
-        update = policy_update(
-            self.learner,
-            UpdateBatch(rollout, world.rows(advantages).to(self.device), loss_mask),
-            cfg.algo,
-            self.update_settings,
-            epsilons=epsilons,
-            on_first_step=self.interrupts.arm,  # from here a Ctrl-C waits for the step's observers
-        )
+        if scored.trains:
+            update = policy_update(
+                self.learner,
+                UpdateBatch(rollout, world.rows(advantages).to(self.device), loss_mask),
+                fit_mini_batches(cfg.algo, len(batch) // world.size),  # a short batch may hold fewer groups
+                self.update_settings,
+                epsilons=epsilons,
+                on_first_step=self.interrupts.arm,  # from here a Ctrl-C waits for the step's observers
+            )
+        else:  # dynamic sampling found no group with a signal: nothing to learn from, the weights stay
+            update = UpdateTotals().stats(self.learner.collective, with_kl=self.learner.reference is not None)
         if update.optimizer_steps:  # a generator with its own copy of the weights (vLLM) refreshes it
             self.generator.weights_updated()
         t_train = time.perf_counter()
@@ -171,14 +188,14 @@ class GRPOTrainer:
         self.halt = next((v for v in verdicts if v.action in ("pause", "stop")), None)
 
         self.step_index += 1
-        timings = {"generate": t_gen - t0, "score": t_score - t_gen, "train": t_train - t_score, "step": t_train - t0}
+        timings = {**scored.timings, "train": t_train - t_score, "step": t_train - started}
         rollout = world.gather_rollout(rollout, self.tokenizer.pad_token_id)  # the global batch's, for the figures
         figures = fusion, raw, adv_stats, update, rollout, lr, timings, self.diagnostics, peak_memory_mib(self.device)
         metrics = step_metrics(self.step_index, *figures)
-        metrics.update({"clip/epsilon_low": epsilons[0], "clip/epsilon_high": epsilons[1]})
+        metrics.update({"clip/epsilon_low": epsilons[0], "clip/epsilon_high": epsilons[1], **scored.metrics})
         metrics.update(self.guard.metrics(raw))
         samples = step_samples(batch, rollout, fusion, advantages.tolist(), 2 * g)
-        alerts = self.alerts.observe(fusion, verdicts, metrics)
+        alerts = scored.alerts + self.alerts.observe(fusion, verdicts, metrics)
         events = [phase] if phase is not None else []
         return StepResult(self.step_index, metrics, samples, alerts, fusion.per_function, fusion.fused, events)
 
