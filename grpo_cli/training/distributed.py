@@ -84,6 +84,10 @@ class World:
 
         return reduce(values.to(self.device), reduction="sum").to(values.device)
 
+    def gather(self, values: torch.Tensor) -> torch.Tensor:
+        """core.parallel.Collective.gather: each process's 1-D values, concatenated in rank order."""
+        return torch.cat([part.to(values.device) for part in self.gather_objects(values.detach().cpu())])
+
     def gather_objects(self, value: Any) -> list[Any]:
         """Every process's `value`, in process order (pickled: small things only)."""
         if self.size == 1:
