@@ -1,0 +1,358 @@
+"""Our loss and gradients against TRL 1.16's, on identical tensors.
+
+One tiny model (tests/core/conftest.py), one sampled rollout, one update. Ours is `policy_update`
+with a single micro-batch, one optimizer step and num_iterations=1 (old log-probs =
+logps.detach()); the optimizer keeps the gradient it is handed and moves nothing. TRL's is the real
+`GRPOTrainer._compute_loss(model, inputs)` and a backward pass, on a GRPOTrainer built once on a copy
+of the same weights, with the inputs its `_generate_and_score_completions` would hand over (its
+reference and behaviour log-probs from its own fused LM head; the vLLM importance-sampling ratio
+built as that method builds it). Each case sets the knobs where `_compute_loss` reads them:
+self.loss_type, self.beta, self.args.use_bias_correction_kl, self.top_entropy_quantile,
+self.entropy_coef and self._entropy_bonus_enabled (both set in __init__), self.importance_sampling_level,
+self.epsilon_low and self.epsilon_high, self.args.sapo_temperature_pos and _neg, self.use_vllm and
+self.vllm_importance_sampling_correction (with self.vllm_importance_sampling_mode and ..._clip_max for
+the ratio). Each case's loss or gradient must also differ from TRL's without the case's knob, by ten
+times the tolerance: no case passes because its term vanished.
+
+The rollout's completions end at drawn lengths (the random model almost never samples EOS, and at
+equal lengths the four loss types coincide); its prompts differ in length (left padding). On-policy
+the clip is inactive (ratio 1) and a sequence-level ratio has the token-level gradient unless a term
+weighs tokens apart, so the sequence case runs with the ratio-corrected KL; CISPO's and SAPO's
+gradients are then dapo's and grpo's, their loss values are not. With one micro-batch bnpo and dapo
+divide by the same count.
+
+Left out:
+- dual-clip (algo.clip_ratio_c) and the k1/k2 KL estimators: TRL has no such knob.
+- TRL's knobs ours lacks: vllm_importance_sampling_clip_min (ours has no lower bound; TRL's default,
+  None, here), off_policy_mask_threshold, use_adaptive_entropy, loss types luspo and vespo.
+- two-sided clipping (algo.delta, TRL's delta): a cap above 1 on a ratio that is 1 on-policy, so
+  the case could not fail.
+- rows with no loss token: grpo's and dr_grpo's denominators count only rows in the loss (ours),
+  every row (TRL); every row here has tokens (tests/core/test_update.py covers ours).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import inspect
+import math
+import random
+
+import numpy as np
+import pytest
+import torch
+
+trl = pytest.importorskip("trl", reason="pip install 'grpo-cli[bench]'")
+
+from grpo_cli.config.schema import AlgoConfig, RolloutConfig, RolloutCorrectionConfig  # noqa: E402
+from grpo_cli.core.logprobs import completion_logprobs_and_entropy  # noqa: E402
+from grpo_cli.core.update import Learner, UpdateBatch, UpdateSettings, policy_update  # noqa: E402
+from grpo_cli.models import load_tokenizer  # noqa: E402
+from grpo_cli.rollout import HFGenerator, Rollout  # noqa: E402
+from grpo_cli.rollout.base import finish_rollout  # noqa: E402
+from grpo_cli.rollout.prompts import PromptEncoder  # noqa: E402
+from tests.core.conftest import NEW, G  # noqa: E402
+
+TOL = 1e-5
+TEMPERATURE = 0.7  # both divide the logits by it: the sampling distribution's log-probs
+EPSILONS = (0.2, 0.28)
+BETA = 0.04
+CAP = 1.5  # the rollout correction's cap: TRL's vllm_importance_sampling_clip_max
+PROMPTS = ["1+2=", "12+3=", "4+56=", "123+4=", "7+8=", "90+12="]  # different lengths: left padding
+ROWS = len(PROMPTS) * G
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    loss_type: str = "grpo"
+    epsilon_high: float = EPSILONS[1]
+    beta: float = 0.0
+    kl_ratio_correction: bool = False  # TRL: use_bias_correction_kl
+    top_entropy_quantile: float = 1.0
+    entropy_coef: float = 0.0
+    rollout_correction: str = "none"  # TRL: use_vllm and vllm_importance_sampling_mode
+    ratio_level: str = "token"  # TRL: importance_sampling_level
+    without: tuple[tuple[str, object], ...] = ()  # the knob off: TRL's gradient must differ
+
+    def algo(self) -> AlgoConfig:
+        return AlgoConfig(
+            loss_type=self.loss_type,
+            epsilon_low=EPSILONS[0],
+            epsilon_high=self.epsilon_high,
+            ratio_level=self.ratio_level,
+            beta=self.beta,
+            kl_estimator="k3",
+            kl_ratio_correction=self.kl_ratio_correction,
+            entropy_coef=self.entropy_coef,
+            top_entropy_quantile=self.top_entropy_quantile,
+            rollout_correction=RolloutCorrectionConfig(mode=self.rollout_correction, cap=CAP),
+        )
+
+
+KL = {"beta": BETA}
+CASES = {
+    "grpo": Case(),
+    "bnpo": Case("bnpo", without=(("loss_type", "grpo"),)),
+    "dr_grpo": Case("dr_grpo", without=(("loss_type", "grpo"),)),
+    "dapo": Case("dapo", without=(("loss_type", "grpo"),)),
+    "cispo": Case("cispo", epsilon_high=5.0, without=(("loss_type", "dapo"),)),
+    "sapo": Case("sapo", without=(("loss_type", "grpo"),)),
+    "kl": Case(**KL, without=(("beta", 0.0),)),
+    "kl_ratio_corrected": Case(**KL, kl_ratio_correction=True, without=(("kl_ratio_correction", False),)),
+    "top_entropy": Case(top_entropy_quantile=0.2, without=(("top_entropy_quantile", 1.0),)),
+    "entropy_bonus": Case(entropy_coef=0.01, without=(("entropy_coef", 0.0),)),
+    "entropy_bonus_top_entropy": Case(top_entropy_quantile=0.2, entropy_coef=0.01, without=(("entropy_coef", 0.0),)),
+    **{
+        f"rollout_{mode}": Case(rollout_correction=mode, without=(("rollout_correction", "none"),))
+        for mode in ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+    },
+    "sequence_ratio": Case(**KL, kl_ratio_correction=True, ratio_level="sequence", without=(("ratio_level", "token"),)),
+    "every_term": Case(
+        "dapo",
+        **KL,
+        kl_ratio_correction=True,
+        top_entropy_quantile=0.2,
+        entropy_coef=0.01,
+        rollout_correction="token_truncate",
+        without=(("rollout_correction", "none"), ("entropy_coef", 0.0), ("top_entropy_quantile", 1.0)),
+    ),
+}
+
+
+class KeepGradient(torch.optim.Optimizer):
+    """An optimizer whose step keeps the gradient it is handed and moves nothing."""
+
+    def __init__(self, params) -> None:
+        super().__init__(params, {"lr": 0.0})  # the scheduler reads an lr
+        self.grads: dict[int, torch.Tensor] = {}
+
+    @torch.no_grad()
+    def step(self, closure=None) -> None:
+        self.grads = {id(p): p.grad.clone() for group in self.param_groups for p in group["params"]}
+
+
+@pytest.fixture(scope="module")
+def batch(base_model, tiny_model_dir) -> Rollout:
+    """A sampled rollout whose completions end at drawn lengths (a few truncated), with engine
+    log-probs = the policy's + a fixed perturbation (weights pi_policy / pi_engine across the cap),
+    one of them NaN (an engine figure missing)."""
+    tokenizer = load_tokenizer(tiny_model_dir)
+    ids, mask = PromptEncoder(tokenizer, 64, torch.device("cpu"))(PROMPTS)
+    assert not mask.all()  # left padding
+    generator = HFGenerator(base_model, tokenizer, RolloutConfig(max_new_tokens=NEW, temperature=TEMPERATURE))
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        sampled = generator.generate(ids, mask, G)
+    draw = torch.Generator().manual_seed(0)
+    completion_ids = sampled.completion_ids.clone()
+    ends = torch.randint(0, NEW + 2, (ROWS,), generator=draw)  # NEW or more: no EOS, truncated
+    for row, end in enumerate(ends.tolist()):
+        if end < NEW:
+            completion_ids[row, end] = generator.eos_ids[0]
+    rollout = finish_rollout(sampled.prompt_ids, sampled.prompt_mask, completion_ids, generator.eos_ids, tokenizer, G)
+    lengths = rollout.completion_mask.sum(-1)
+    assert lengths.min() >= 1 and len(set(lengths.tolist())) > 3 and rollout.truncated.any()
+    with torch.no_grad():
+        policy, _ = completion_logprobs_and_entropy(
+            base_model, rollout.prompt_ids, rollout.prompt_mask, rollout.completion_ids, rollout.completion_mask,
+            TEMPERATURE, with_entropy=False,
+        )  # fmt: skip
+    engine = policy + 0.5 * torch.randn(policy.shape, generator=draw)
+    engine[0, 0] = math.nan
+    return dataclasses.replace(rollout, engine_logps=engine)
+
+
+@pytest.fixture(scope="module")
+def reference(base_model):
+    """A reference away from the policy, so the KL term and its ratio correction weigh."""
+    ref = copy.deepcopy(base_model)
+    with torch.no_grad():
+        draw = torch.Generator().manual_seed(7)
+        for p in ref.parameters():
+            p.add_(0.1 * torch.randn(p.shape, generator=draw))
+    return ref
+
+
+@pytest.fixture(scope="module")
+def trainer(base_model, reference, tiny_model_dir, tmp_path_factory):
+    """TRL's GRPOTrainer on a copy of the policy, built once: beta > 0 so it builds its reference
+    (from the tiny directory), which then takes our reference's weights. TRL's __init__ seeds every
+    RNG: the test session's are put back."""
+    from datasets import Dataset  # a dependency of TRL's
+
+    names = {f.name for f in dataclasses.fields(trl.GRPOConfig)}
+    checkpointing = "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
+    config = trl.GRPOConfig(
+        output_dir=str(tmp_path_factory.mktemp("trl")),
+        per_device_train_batch_size=ROWS,
+        gradient_accumulation_steps=1,
+        num_generations=G,
+        max_completion_length=NEW,
+        temperature=TEMPERATURE,
+        beta=BETA,
+        epsilon=EPSILONS[0],
+        epsilon_high=EPSILONS[1],
+        vllm_importance_sampling_clip_max=CAP,
+        bf16=False,
+        use_cpu=True,
+        report_to="none",
+        logging_strategy="no",
+        save_strategy="no",
+        disable_tqdm=True,
+        **{checkpointing: False},
+    )
+    states = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    try:
+        trl_trainer = trl.GRPOTrainer(
+            model=copy.deepcopy(base_model),
+            reward_funcs=[lambda prompts, completions, **kwargs: [0.0] * len(completions)],
+            args=config,
+            train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS]),
+            processing_class=load_tokenizer(tiny_model_dir),
+        )
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
+    trl_trainer.ref_model.load_state_dict(reference.state_dict())
+    trl_trainer.current_gradient_accumulation_steps = 1  # what Trainer's loop sets: micro-batches per step
+    assert trl_trainer.args.steps_per_generation == 1 and trl_trainer.model.training
+    yield trl_trainer
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(reset_partial_state=True)  # as accelerate's own test cases tear down
+    GradientState._reset_state()
+
+
+def ours(base_model, reference, batch: Rollout, advantages: torch.Tensor, case: Case):
+    model = copy.deepcopy(base_model)
+    optimizer = KeepGradient(model.parameters())
+    stats = policy_update(
+        Learner(
+            model,
+            optimizer,
+            torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0),
+            reference if case.beta > 0 else None,
+        ),
+        UpdateBatch(batch, advantages, batch.completion_mask.float()),
+        case.algo(),
+        UpdateSettings(TEMPERATURE, NEW, 1, 0.0, "padded"),
+    )
+    assert stats.optimizer_steps == 1
+    return stats.loss, {name: optimizer.grads[id(p)] for name, p in model.named_parameters()}
+
+
+def trl_importance_sampling_ratio(trainer, old_logps, sampling_logps, mask) -> torch.Tensor:
+    """vllm_importance_sampling_ratio as TRL's _generate_and_score_completions builds it."""
+    diff = torch.nan_to_num((old_logps - sampling_logps) * mask, nan=0.0)
+    if trainer.vllm_importance_sampling_mode in ["sequence_mask", "sequence_truncate"]:
+        diff = diff.sum(dim=-1, keepdim=True)
+    ratio = torch.exp(diff)
+    low, high = trainer.vllm_importance_sampling_clip_min, trainer.vllm_importance_sampling_clip_max
+    if trainer.vllm_importance_sampling_mode in ["sequence_truncate", "token_truncate"]:
+        return torch.clamp(ratio, min=low, max=high)
+    low = low if low is not None else -math.inf
+    high = high if high is not None else math.inf
+    return ratio.masked_fill((ratio < low) | (ratio > high), value=0.0)
+
+
+def test_the_importance_sampling_ratio_is_built_as_trls_source_builds_it() -> None:
+    """trl_importance_sampling_ratio copies a block of TRL's; a TRL that changed it fails here."""
+    source = inspect.getsource(trl.GRPOTrainer._generate_and_score_completions)
+    for line in (
+        "per_token_logps_diff = (old_per_token_logps - sampling_per_token_logps) * mask",
+        "per_token_logps_diff = torch.nan_to_num(per_token_logps_diff, nan=0.0)",
+        'sequence_level_is = self.vllm_importance_sampling_mode in ["sequence_mask", "sequence_truncate"]',
+        "per_sequence_logps_diff = per_token_logps_diff.sum(dim=-1, keepdim=True)",
+        "vllm_importance_sampling_ratio = torch.exp(logps_diff)",
+        'if self.vllm_importance_sampling_mode in ["sequence_truncate", "token_truncate"]:',
+        "min=self.vllm_importance_sampling_clip_min,",
+        "max=self.vllm_importance_sampling_clip_max,",
+        "invalid_mis_mask, value=0.0",
+    ):
+        assert line in source, line
+
+
+def configure(trainer, case: Case) -> None:
+    """Every knob, every case (the trainer is shared), where _compute_loss reads it."""
+    algo = case.algo()
+    trainer.loss_type = case.loss_type
+    trainer.epsilon_low, trainer.epsilon_high = algo.epsilon_low, algo.epsilon_high
+    trainer.args.sapo_temperature_pos = algo.sapo_temperature_pos
+    trainer.args.sapo_temperature_neg = algo.sapo_temperature_neg
+    trainer.beta = case.beta
+    trainer.args.use_bias_correction_kl = case.kl_ratio_correction
+    trainer.top_entropy_quantile = case.top_entropy_quantile
+    trainer.entropy_coef = case.entropy_coef
+    trainer._entropy_bonus_enabled = case.entropy_coef != 0.0  # __init__'s, use_adaptive_entropy off
+    trainer.importance_sampling_level = case.ratio_level
+    trainer.use_vllm = trainer.vllm_importance_sampling_correction = case.rollout_correction != "none"
+    if trainer.use_vllm:
+        trainer.vllm_importance_sampling_mode = case.rollout_correction
+    assert not trainer.use_adaptive_entropy and trainer.off_policy_mask_threshold is None and trainer.args.delta is None
+
+
+def trls(trainer, batch: Rollout, advantages: torch.Tensor, case: Case):
+    configure(trainer, case)
+    model = trainer.model
+    ids = torch.cat([batch.prompt_ids, batch.completion_ids], dim=1)
+    attention = torch.cat([batch.prompt_mask, batch.completion_mask], dim=1)
+    inputs = {
+        "prompt_ids": batch.prompt_ids,
+        "prompt_mask": batch.prompt_mask,
+        "completion_ids": batch.completion_ids,
+        "completion_mask": batch.completion_mask,
+        "advantages": advantages,
+        "num_items_in_batch": batch.completion_mask.sum(),  # _generate_and_score_completions's, one process
+    }
+    width = batch.completion_ids.size(1)
+    with torch.no_grad():
+        if trainer.use_vllm and trainer.vllm_importance_sampling_correction:
+            old, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, attention, width, batch_size=ROWS)
+            inputs["old_per_token_logps"] = old
+            inputs["importance_sampling_ratio"] = trl_importance_sampling_ratio(
+                trainer, old, batch.engine_logps, batch.completion_mask
+            )
+        if trainer.beta != 0.0:
+            inputs["ref_per_token_logps"], _, _ = trainer._get_per_token_logps_and_entropies(
+                trainer.ref_model, ids, attention, width, batch_size=ROWS
+            )
+    model.zero_grad(set_to_none=True)
+    loss = trainer._compute_loss(model, inputs)
+    loss.backward()
+    grads = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    return loss.item(), grads, inputs.get("importance_sampling_ratio")
+
+
+def max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys()
+    return max((a[name] - b[name]).abs().max().item() for name in a)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_loss_and_gradients_equal_trls(name, base_model, reference, batch, trainer) -> None:
+    case = CASES[name]
+    advantages = torch.randn(ROWS, generator=torch.Generator().manual_seed(3))
+    loss, grads = ours(base_model, reference, batch, advantages, case)
+    trl_loss, trl_grads, ratio = trls(trainer, batch, advantages, case)
+    grad_difference = max_difference(grads, trl_grads)
+    print(f"{name}: loss {loss:.6f}, TRL's {trl_loss:.6f} (difference {abs(loss - trl_loss):.1e}), ", end="")
+    print(f"max |gradient difference| {grad_difference:.1e}")
+    assert loss == pytest.approx(trl_loss, abs=TOL)
+    assert grad_difference <= TOL
+    if case.without:  # the knob changes TRL's figures: the comparison is not of a vanished term
+        without_loss, without, _ = trls(trainer, batch, advantages, dataclasses.replace(case, **dict(case.without)))
+        loss_effect, grad_effect = abs(trl_loss - without_loss), max_difference(trl_grads, without)
+    else:
+        loss_effect, grad_effect = abs(trl_loss), max(g.abs().max().item() for g in grads.values())
+    print(f"  the knob's effect on TRL's loss {loss_effect:.1e}, on its gradient {grad_effect:.1e}")
+    if case.loss_type in ("cispo", "sapo"):  # on-policy, dapo's and grpo's gradient: the value differs
+        assert loss_effect > 10 * TOL
+    else:
+        assert grad_effect > 10 * TOL
+    if ratio is not None:  # the cap bites on some tokens (sequences), not on all
+        capped = ratio == CAP if case.rollout_correction.endswith("truncate") else ratio == 0
+        rows = capped.any(-1) if ratio.size(-1) == 1 else capped[batch.completion_mask.bool()]
+        assert 0 < rows.float().mean() < 1
