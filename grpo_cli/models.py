@@ -250,10 +250,35 @@ def _dtype_name(cfg: ModelConfig, precision_dtype: str) -> str:
     return precision_dtype if cfg.dtype == "auto" else cfg.dtype
 
 
+class Float32Head(torch.nn.Linear):
+    """The output projection computed in fp32 from weights kept in the run's dtype (ScaleRL's "FP32
+    at the LM head"): the logits, and the log-probs and ratios built on them, no longer carry bf16's
+    rounding, which the sampler and the trainer would round differently. The weights stay in their
+    dtype, so a tied embedding, the checkpoints and a resume are unchanged; autocast is off inside."""
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(hidden.device.type, enabled=False):
+            bias = self.bias.float() if self.bias is not None else None
+            return torch.nn.functional.linear(hidden.float(), self.weight.float(), bias)
+
+
+def fp32_lm_head(model: Any) -> None:
+    """`model.lm_head_fp32`: the model's output layer becomes a Float32Head in place (same module,
+    same parameters and names; only its forward changes)."""
+    head = model.get_output_embeddings()
+    if type(head) is not torch.nn.Linear:
+        raise GrpoError(
+            f"model.lm_head_fp32=true needs a plain Linear output layer; this model's is {type(head).__name__}"
+        )
+    head.__class__ = Float32Head
+
+
 def _ready(model: Any, tokenizer: PreTrainedTokenizerBase, cfg: ModelConfig, device: torch.device) -> Any:
     """On the device, in train mode, padding known to generate()."""
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
+    if cfg.lm_head_fp32:
+        fp32_lm_head(model)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
         model.config.use_cache = False
@@ -312,6 +337,8 @@ def frozen_reference(
         reference = copy.deepcopy(policy)
     else:
         reference = AutoModelForCausalLM.from_pretrained(starting_dir, dtype=policy.dtype).to(policy.device)
+        if isinstance(policy.get_output_embeddings(), Float32Head):  # the KL compares like with like
+            fp32_lm_head(reference)
     reference.eval()
     reference.requires_grad_(False)
     return reference

@@ -57,6 +57,7 @@ class ModelConfig:
     dtype: str = "auto"  # auto | fp32 | bf16 | fp16: weights dtype when loading
     trust_remote_code: bool = False
     gradient_checkpointing: bool = False
+    lm_head_fp32: bool = False  # the output projection (so the logits) in fp32 in a bf16/fp16 run (ScaleRL)
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)
 
