@@ -188,6 +188,15 @@ class RolloutCorrectionConfig:
 
 
 @dataclass
+class RefSyncConfig:
+    """`algo.ref_sync` (TR-DPO, TRL's sync_ref_model): a reference that trails the policy instead of
+    pinning it to the start, so a long run's KL does not hold it ever harder to where it began."""
+
+    every: int = 0  # optimizer steps between syncs; 0: off (the reference stays the starting model)
+    alpha: float = 0.6  # ref <- alpha·policy + (1 − alpha)·ref at each sync (TRL's ref_model_mixup_alpha)
+
+
+@dataclass
 class AlgoConfig:
     """conf/algo/grpo.yaml, the default preset."""
 
@@ -209,6 +218,7 @@ class AlgoConfig:
     clip_ratio_c: float = 0.0  # dual-clip (verl): negative-advantage loss capped at -clip_ratio_c·A; 0: off, else > 1
     top_entropy_quantile: float = 1.0  # only tokens above this entropy quantile carry gradient (80/20 rule); 1: all
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
+    ref_sync: RefSyncConfig = field(default_factory=RefSyncConfig)
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
     adaptive_clip: AdaptiveClipConfig = field(default_factory=AdaptiveClipConfig)
 

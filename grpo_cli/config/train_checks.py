@@ -42,6 +42,7 @@ def validate(cfg: TrainConfig) -> list[str]:
     _check_optim(cfg.optim)
     _check_adaptive_clip(cfg)
     _check_variants(cfg.algo)
+    _check_ref_sync(cfg)
     _check_lora(cfg.model)
     _check_mini_batches(cfg)
     _check_monitor(cfg.monitor)
@@ -170,6 +171,23 @@ def _check_variants(algo: AlgoConfig) -> None:
         fail("algo.dynamic_sampling.max_draws", algo.dynamic_sampling.max_draws, "must be >= 1 (the first draw)")
     if algo.rollout_correction.cap <= 1:
         fail("algo.rollout_correction.cap", algo.rollout_correction.cap, "must be > 1 (the weight's upper bound)")
+
+
+def _check_ref_sync(cfg: TrainConfig) -> None:
+    sync = cfg.algo.ref_sync
+    if sync.every < 0:
+        fail("algo.ref_sync.every", sync.every, "must be >= 0 (optimizer steps between syncs; 0: off)")
+    if not 0 < sync.alpha <= 1:
+        fail("algo.ref_sync.alpha", sync.alpha, "must be in (0, 1] (the policy's share of the new reference)")
+    if sync.every and cfg.algo.beta == 0:
+        fail("algo.ref_sync.every", sync.every, "syncs the KL reference, and algo.beta=0 has none: set algo.beta > 0")
+    if sync.every and cfg.model.lora.enabled:
+        fail(
+            "algo.ref_sync.every",
+            sync.every,
+            "with model.lora.enabled=true the reference is the frozen base (the adapters off), which cannot "
+            "move without a second copy of the weights: train every weight (model.lora.enabled=false) or set it to 0",
+        )
 
 
 def _check_lora(model: ModelConfig) -> None:

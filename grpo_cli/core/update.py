@@ -241,6 +241,18 @@ def apply_step(
     optimizer.zero_grad(set_to_none=True)
 
 
+@torch.no_grad()
+def sync_reference(reference: torch.nn.Module | None, policy: torch.nn.Module, alpha: float) -> None:
+    """TR-DPO's soft update, ref <- alpha·policy + (1 − alpha)·ref, parameter by parameter (the
+    reference is a copy of the policy's architecture, so names and order match)."""
+    if not isinstance(reference, torch.nn.Module):
+        raise ValueError("algo.ref_sync needs a reference model of its own (algo.beta > 0, no LoRA)")
+    for (name, ref), (policy_name, new) in zip(reference.named_parameters(), unwrap(policy).named_parameters()):
+        if name != policy_name:
+            raise ValueError(f"the reference's {name} meets the policy's {policy_name}: not a copy of the policy")
+        ref.mul_(1 - alpha).add_(new.to(ref.dtype), alpha=alpha)
+
+
 def policy_update(
     learner: Learner,
     batch: UpdateBatch,
@@ -292,5 +304,10 @@ def policy_update(
                 sums = micro_step(learner, batch, objective, micro, normalizer, tokens)
                 totals.add(sums)
                 step_loss += sums.loss
+            applied = totals.steps
             apply_step(learner, step_loss, settings.max_grad_norm, totals, on_first_step)
+            sync = algo.ref_sync
+            # the scheduler counts applied optimizer steps over the run (and across a resume)
+            if sync.every and totals.steps > applied and learner.scheduler.last_epoch % sync.every == 0:
+                sync_reference(learner.reference, learner.model, sync.alpha)
     return totals.stats(learner.collective, with_kl=objective.ref_logps is not None)

@@ -29,13 +29,15 @@ class Policy:
     model_dir: Path  # the starting model's directory
 
 
-def training_state(learner: Learner, state: TrainState) -> dict[str, Any]:
-    """What from_pretrained does not hold: optimizer, scheduler, fp16 scaler, TrainState."""
+def training_state(learner: Learner, state: TrainState, moving_reference: bool) -> dict[str, Any]:
+    """What from_pretrained does not hold: optimizer, scheduler, fp16 scaler, TrainState, and a
+    reference that algo.ref_sync has moved away from the starting model."""
     return {
         "optimizer": learner.optimizer.state_dict(),
         "scheduler": learner.scheduler.state_dict(),
         "scaler": learner.scaler.state_dict() if learner.scaler is not None else None,
         "state": state.state_dict(),
+        "reference": learner.reference.state_dict() if moving_reference else None,
     }
 
 
@@ -81,7 +83,11 @@ class RunCheckpoints:
             BASE_MODEL_KEY: str(policy.model_dir.resolve()),
         }
         saved = save_checkpoint(
-            directory, policy.model, policy.tokenizer, trainer_state, training_state(learner, state)
+            directory,
+            policy.model,
+            policy.tokenizer,
+            trainer_state,
+            training_state(learner, state, moving_reference=self.cfg.algo.ref_sync.every > 0),
         )
         self.world.barrier()  # nobody reads or resumes from a checkpoint still being written
         return saved
@@ -96,6 +102,8 @@ class RunCheckpoints:
         if learner.scaler is not None and saved.get("scaler"):
             learner.scaler.load_state_dict(saved["scaler"])
         state.load_state_dict(saved["state"])
+        if saved.get("reference") is not None and learner.reference is not None:  # algo.ref_sync moved it
+            learner.reference.load_state_dict(saved["reference"])
         saved_processes = trainer_state.get("processes", 1)
         if saved_processes != self.world.size:
             log.warning(
