@@ -21,18 +21,28 @@ weighs tokens apart, so the sequence case runs with the ratio-corrected KL; CISP
 gradients are then dapo's and grpo's, their loss values are not. With one micro-batch bnpo and dapo
 divide by the same count.
 
+Off-policy (test_off_policy_loss_and_gradients_equal_trls): the same comparison with old log-probs
+= the policy's + a fixed perturbation, handed to TRL as inputs["old_per_token_logps"] and to ours as
+the stored behaviour log-probs of `micro_step` (what policy_update hands it when the policy moves
+between updates), with `step_normalizer`'s denominators: the importance ratio is far from 1, so
+PPO's clip on both sides, two-sided clipping (delta), CISPO's cap, SAPO's gate away from 1, the
+sequence-level (GSPO) clip and the ratio-weighted KL act. Each case asserts its clip or cap changes
+the objective on some tokens (sequences) and not on all, and that each of its knobs changes TRL's
+gradient.
+
 Left out:
 - dual-clip (algo.clip_ratio_c) and the k1/k2 KL estimators: TRL has no such knob.
 - TRL's knobs ours lacks: vllm_importance_sampling_clip_min (ours has no lower bound; TRL's default,
   None, here), off_policy_mask_threshold, use_adaptive_entropy, loss types luspo and vespo.
-- two-sided clipping (algo.delta, TRL's delta): a cap above 1 on a ratio that is 1 on-policy, so
-  the case could not fail.
+- two-sided clipping (algo.delta, TRL's delta) on-policy: a cap above 1 on a ratio that is 1
+  on-policy, so the case could not fail (the off-policy cases have it).
 - rows with no loss token: grpo's and dr_grpo's denominators count only rows in the loss (ours),
   every row (TRL); every row here has tokens (tests/core/test_update.py covers ours).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import inspect
@@ -47,7 +57,17 @@ trl = pytest.importorskip("trl", reason="pip install 'grpo-cli[bench]'")
 
 from grpo_cli.config.schema import AlgoConfig, RolloutConfig, RolloutCorrectionConfig  # noqa: E402
 from grpo_cli.core.logprobs import completion_logprobs_and_entropy  # noqa: E402
-from grpo_cli.core.update import Learner, UpdateBatch, UpdateSettings, policy_update  # noqa: E402
+from grpo_cli.core.parallel import SingleProcess  # noqa: E402
+from grpo_cli.core.update import (  # noqa: E402
+    Learner,
+    Objective,
+    UpdateBatch,
+    UpdateSettings,
+    logprobs_without_grad,
+    micro_step,
+    policy_update,
+    step_normalizer,
+)
 from grpo_cli.models import load_tokenizer  # noqa: E402
 from grpo_cli.rollout import HFGenerator, Rollout  # noqa: E402
 from grpo_cli.rollout.base import finish_rollout  # noqa: E402
@@ -74,11 +94,13 @@ class Case:
     rollout_correction: str = "none"  # TRL: use_vllm and vllm_importance_sampling_mode
     ratio_level: str = "token"  # TRL: importance_sampling_level
     without: tuple[tuple[str, object], ...] = ()  # the knob off: TRL's gradient must differ
+    epsilon_low: float = EPSILONS[0]
+    delta: float = 0.0  # TRL: args.delta (None for 0)
 
     def algo(self) -> AlgoConfig:
         return AlgoConfig(
             loss_type=self.loss_type,
-            epsilon_low=EPSILONS[0],
+            epsilon_low=self.epsilon_low,
             epsilon_high=self.epsilon_high,
             ratio_level=self.ratio_level,
             beta=self.beta,
@@ -86,6 +108,7 @@ class Case:
             kl_ratio_correction=self.kl_ratio_correction,
             entropy_coef=self.entropy_coef,
             top_entropy_quantile=self.top_entropy_quantile,
+            delta=self.delta,
             rollout_correction=RolloutCorrectionConfig(mode=self.rollout_correction, cap=CAP),
         )
 
@@ -287,13 +310,16 @@ def configure(trainer, case: Case) -> None:
     trainer.entropy_coef = case.entropy_coef
     trainer._entropy_bonus_enabled = case.entropy_coef != 0.0  # __init__'s, use_adaptive_entropy off
     trainer.importance_sampling_level = case.ratio_level
+    trainer.args.delta = algo.delta if algo.delta > 0 else None
     trainer.use_vllm = trainer.vllm_importance_sampling_correction = case.rollout_correction != "none"
     if trainer.use_vllm:
         trainer.vllm_importance_sampling_mode = case.rollout_correction
-    assert not trainer.use_adaptive_entropy and trainer.off_policy_mask_threshold is None and trainer.args.delta is None
+    assert not trainer.use_adaptive_entropy and trainer.off_policy_mask_threshold is None
 
 
-def trls(trainer, batch: Rollout, advantages: torch.Tensor, case: Case):
+def trls(trainer, batch: Rollout, advantages: torch.Tensor, case: Case, old: torch.Tensor | None = None):
+    """TRL's loss and gradients; `old`: its inputs["old_per_token_logps"] (None: on-policy, or the
+    policy's own with the vLLM correction, as _generate_and_score_completions computes them)."""
     configure(trainer, case)
     model = trainer.model
     ids = torch.cat([batch.prompt_ids, batch.completion_ids], dim=1)
@@ -307,8 +333,11 @@ def trls(trainer, batch: Rollout, advantages: torch.Tensor, case: Case):
         "num_items_in_batch": batch.completion_mask.sum(),  # _generate_and_score_completions's, one process
     }
     width = batch.completion_ids.size(1)
+    if old is not None:
+        inputs["old_per_token_logps"] = old
     with torch.no_grad():
         if trainer.use_vllm and trainer.vllm_importance_sampling_correction:
+            assert old is None
             old, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, attention, width, batch_size=ROWS)
             inputs["old_per_token_logps"] = old
             inputs["importance_sampling_ratio"] = trl_importance_sampling_ratio(
@@ -356,3 +385,111 @@ def test_loss_and_gradients_equal_trls(name, base_model, reference, batch, train
         capped = ratio == CAP if case.rollout_correction.endswith("truncate") else ratio == 0
         rows = capped.any(-1) if ratio.size(-1) == 1 else capped[batch.completion_mask.bool()]
         assert 0 < rows.float().mean() < 1
+
+
+# Off-policy: old log-probs = the policy's + PERTURBATION * U(-1, 1) per token, so ratios exp(-perturbation)
+# run from 0.08 to 12: below 1 - eps_low, inside the clip range, above 1 + eps_high, above CISPO's cap of 5.
+PERTURBATION = 2.5
+GSPO_EPSILONS = (3e-4, 4e-4)  # the GSPO paper's: a sequence-level ratio strays little from 1
+OFF_POLICY = {
+    "grpo": Case(without=(("epsilon_low", 1.0), ("epsilon_high", math.inf))),
+    "dapo": Case("dapo", without=(("loss_type", "grpo"), ("epsilon_high", EPSILONS[0]))),
+    "delta": Case(delta=1.5, without=(("delta", 0.0),)),
+    "cispo": Case("cispo", epsilon_high=5.0, without=(("epsilon_high", math.inf),)),
+    "sapo": Case("sapo", without=(("loss_type", "grpo"),)),
+    "sequence_ratio": Case(
+        "grpo",
+        GSPO_EPSILONS[1],
+        epsilon_low=GSPO_EPSILONS[0],
+        ratio_level="sequence",
+        without=(("ratio_level", "token"), ("epsilon_low", 1.0), ("epsilon_high", math.inf)),
+    ),
+    "kl_ratio_corrected": Case(**KL, kl_ratio_correction=True, without=(("kl_ratio_correction", False),)),
+}
+
+
+@pytest.fixture(scope="module")
+def off_policy(base_model, batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(policy log-probs, old log-probs = those + a fixed perturbation), [N, C] each."""
+    with torch.no_grad():
+        policy, _ = completion_logprobs_and_entropy(
+            base_model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask,
+            TEMPERATURE, with_entropy=False,
+        )  # fmt: skip
+    draw = torch.Generator().manual_seed(11)
+    return policy, policy + PERTURBATION * (2 * torch.rand(policy.shape, generator=draw) - 1)
+
+
+def ours_off_policy(base_model, reference, batch: Rollout, advantages, old: torch.Tensor, case: Case):
+    """micro_step on every row with stored behaviour log-probs `old`, as policy_update runs it when
+    the policy moves between updates: the step's denominators from step_normalizer, the
+    reference's log-probs from logprobs_without_grad. Returns (loss, gradients, clip sums)."""
+    model = copy.deepcopy(base_model)
+    optimizer = KeepGradient(model.parameters())
+    learner = Learner(
+        model,
+        optimizer,
+        torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0),
+        reference if case.beta > 0 else None,
+    )
+    algo, settings = case.algo(), UpdateSettings(TEMPERATURE, NEW, 1, 0.0, "padded")
+    update = UpdateBatch(batch, advantages, batch.completion_mask.float())
+    refs = logprobs_without_grad(reference, batch, ROWS, settings, contextlib.nullcontext) if case.beta > 0 else None
+    objective = Objective(algo, (algo.epsilon_low, algo.epsilon_high), settings, old, refs)
+    assert objective.reuse_old
+    rows = torch.arange(ROWS)
+    normalizer, micro_tokens = step_normalizer(update.loss_mask, rows, (rows,), algo.loss_type, NEW, SingleProcess())
+    sums = micro_step(learner, update, objective, rows, normalizer, micro_tokens[0])
+    return sums.loss, {name: p.grad.clone() for name, p in model.named_parameters()}, sums
+
+
+def acted(case: Case, log_ratio: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """The share of loss tokens (sequences, at the sequence level) where each of the case's clips
+    or caps changes the objective, from log pi/pi_old; for SAPO, where the ratio leaves PPO's clip
+    range (the gate is then far from linear)."""
+    adv = advantages.unsqueeze(-1).expand_as(log_ratio)
+    if case.ratio_level == "sequence":  # every row here has loss tokens
+        log_ratio = (log_ratio * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True)
+        adv, mask = advantages.unsqueeze(-1), torch.ones_like(log_ratio)
+    algo, ratio, selected = case.algo(), log_ratio.exp(), mask.bool()
+    if case.loss_type == "cispo":
+        events = {"capped": ratio > algo.epsilon_high}
+    elif case.loss_type == "sapo":
+        events = {
+            "outside [1 - eps_low, 1 + eps_high]": (ratio < 1 - algo.epsilon_low) | (ratio > 1 + algo.epsilon_high)
+        }
+    else:
+        events = {
+            "clipped low": (ratio < 1 - algo.epsilon_low) & (adv < 0),
+            "clipped high": (ratio > 1 + algo.epsilon_high) & (adv > 0),
+        }
+        if algo.delta > 0:
+            events["capped at delta"] = (ratio > algo.delta) & (adv < 0)
+    return {name: event[selected].float().mean().item() for name, event in events.items()}
+
+
+@pytest.mark.parametrize("name", list(OFF_POLICY))
+def test_off_policy_loss_and_gradients_equal_trls(name, base_model, reference, batch, trainer, off_policy) -> None:
+    case = OFF_POLICY[name]
+    policy, old = off_policy
+    advantages = torch.randn(ROWS, generator=torch.Generator().manual_seed(3))
+    loss, grads, sums = ours_off_policy(base_model, reference, batch, advantages, old, case)
+    trl_loss, trl_grads, _ = trls(trainer, batch, advantages, case, old)
+    grad_difference = max_difference(grads, trl_grads)
+    shares = acted(case, policy - old, advantages, batch.completion_mask)
+    print(f"off-policy {name}: loss {loss:.6f}, TRL's {trl_loss:.6f} (difference {abs(loss - trl_loss):.1e}), ", end="")
+    print(f"max |gradient difference| {grad_difference:.1e}; " + ", ".join(f"{k} {v:.0%}" for k, v in shares.items()))
+    assert loss == pytest.approx(trl_loss, abs=TOL)
+    assert grad_difference <= TOL
+    for event, share in shares.items():  # each clip or cap acts on some tokens (sequences), not on all
+        assert 0 < share < 1, event
+    if case.loss_type not in ("cispo", "sapo") and case.ratio_level == "token":  # ours counts as the test does
+        tokens = batch.completion_mask.sum().item()
+        assert (sums.clip_low / tokens, sums.clip_high / tokens) == pytest.approx(
+            (shares["clipped low"], shares["clipped high"])
+        )
+    for knob, off in case.without:  # each knob, alone, changes TRL's gradient on these tensors
+        _, without, _ = trls(trainer, batch, advantages, dataclasses.replace(case, **{knob: off}), old)
+        effect = max_difference(trl_grads, without)
+        print(f"  {knob}={off}'s effect on TRL's gradient {effect:.1e}")
+        assert effect > 10 * TOL, knob
