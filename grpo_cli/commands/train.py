@@ -36,6 +36,7 @@ from grpo_cli.stats import column_mean
 from grpo_cli.training import GRPOTrainer
 from grpo_cli.training.distributed import World, launched_processes
 from grpo_cli.training.guards import EXIT_PAUSED, TrainingHalted
+from grpo_cli.training.memory_plan import log_memory_plan, show_memory_plan
 
 log = logging.getLogger("grpo")
 EXIT_INTERRUPTED = 130  # the shell's code for SIGINT
@@ -80,6 +81,9 @@ def run_train(cfg: TrainConfig, run_dir: Path) -> float:
     if cfg.debug.smoke:
         apply_smoke(cfg)
     require_trackers(cfg.monitor.trackers)
+    if cfg.plan:  # the memory plan alone (per process): no weights load, no worker starts, nothing is written
+        show_memory_plan(cfg, Console(stderr=True))
+        return math.nan
     if cfg.distributed.num_processes > 1 and launched_processes() == 1:
         try:
             return launch_workers(cfg, run_dir)
@@ -90,6 +94,7 @@ def run_train(cfg: TrainConfig, run_dir: Path) -> float:
     if not world.is_main:  # every file, log line and tracker is the main process's
         return _train_quietly(cfg, run_dir, world)
     console = Console(stderr=True)
+    log_memory_plan(cfg, world.device)  # one line before the model loads; a warning when it does not fit
     metrics_file = MetricsFile(run_dir / "metrics.jsonl")
     monitor = cfg.monitor
     progress = TrainingConsole(
