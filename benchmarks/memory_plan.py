@@ -180,7 +180,7 @@ def main() -> None:
                 cfg = configuration(model, variant, args.steps, model_dir, args.model_cache)
                 plan = plan_memory(cfg, torch.device("cpu"), None)
                 if args.live:  # the plan's tensors alone: no allocator slack
-                    plan.peak -= sum(p.bytes for p in plan.parts if p.phase == "allocator")
+                    plan.peak -= sum(p.bytes for p in plan.parts if p.when == "allocator")
                 got = run_child(model, variant, args, model_dir, Path(tmp))
                 planned = plan.peak / 2**20
                 row = {"configuration": f"{model}, {variant}", "planned_mib": planned, **got}
