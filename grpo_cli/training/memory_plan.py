@@ -128,8 +128,11 @@ def model_shape(config: PretrainedConfig, trust_remote_code: bool = False) -> Mo
         hidden, heads, layers = int(config.hidden_size), int(config.num_attention_heads), int(config.num_hidden_layers)
     except (AttributeError, TypeError) as err:
         raise GrpoError(f"memory plan: the model's config has no transformer sizes ({err})") from err
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+    try:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+    except (ValueError, ImportError, OSError, TypeError) as err:  # e.g. a model type this transformers lacks
+        raise GrpoError(f"memory plan: cannot build the model from its config: {err}") from err
     head_dim = int(getattr(config, "head_dim", None) or hidden // heads)
     context = getattr(config, "max_position_embeddings", None)
     output = model.get_output_embeddings()
@@ -270,8 +273,8 @@ def forward_pass(start: int, end: int, group_size: int, prompt: int, completion:
     """Rows [start, end) of full-length rows, in the layout core.packing.choose_layout picks for them."""
     rows = end - start
     groups = torch.arange(start, end) // group_size
-    mask = torch.ones  # every prompt and completion at full length
-    chosen = choose_layout(layout, mask(rows, prompt), mask(rows, completion), groups, hidden)
+    full = torch.ones(rows, prompt + completion, dtype=torch.long)  # every prompt and completion at full length
+    chosen = choose_layout(layout, full[:, :prompt], full[:, prompt:], groups, hidden)
     spanned = (end - 1) // group_size - start // group_size + 1
     if chosen == "packed":
         longest = prompt + min(group_size, rows) * completion
@@ -288,7 +291,7 @@ def plan_memory(
         shape = model_shape(model_config(cfg.model), cfg.model.trust_remote_code)
     plan = _plan(cfg, device, free, shape)
     if not plan.fits:
-        plan.knobs = _knobs(cfg, device, shape, plan.peak)
+        plan.knobs = _knobs(cfg, device, free, shape, plan.peak)
     return plan
 
 
@@ -425,38 +428,43 @@ def _describe(p: Pass) -> str:
     return f"{p.rows} sequences, {p.tokens} tokens ({layout})"
 
 
-def _knobs(cfg: TrainConfig, device: torch.device, shape: ModelShape, peak: int) -> list[tuple[str, int]]:
-    """Single overrides that lower the peak by 3% or more, each with the peak it gives; those that
-    leave the training unchanged come first (grad_accum_steps, checkpointing, autocast)."""
-    changes: list[tuple[str, Callable[[TrainConfig], None]]] = []
+def _knobs(
+    cfg: TrainConfig, device: torch.device, free: int | None, shape: ModelShape, peak: int
+) -> list[tuple[str, int]]:
+    """Overrides that lower the peak by 3% or more, each with the peak it gives: first those that
+    leave the training unchanged (grad_accum_steps, checkpointing, autocast), then those that change
+    it; when none fits alone, the unchanged-training ones together lead."""
+    keep: list[tuple[str, Callable[[TrainConfig], None]]] = []
     accum = cfg.train.grad_accum_steps * 4
-    changes.append((f"train.grad_accum_steps={accum}", lambda c: setattr(c.train, "grad_accum_steps", accum)))
+    keep.append((f"train.grad_accum_steps={accum}", lambda c: setattr(c.train, "grad_accum_steps", accum)))
     if not cfg.model.gradient_checkpointing:
-        changes.append(
-            ("model.gradient_checkpointing=true", lambda c: setattr(c.model, "gradient_checkpointing", True))
-        )
+        keep.append(("model.gradient_checkpointing=true", lambda c: setattr(c.model, "gradient_checkpointing", True)))
     if cfg.precision.dtype == "fp32":
         bf16 = PrecisionConfig(dtype="bf16", autocast=True, grad_scaler=False)  # conf/precision/bf16.yaml
-        changes.append(("precision=bf16", lambda c: setattr(c, "precision", bf16)))
+        keep.append(("precision=bf16", lambda c: setattr(c, "precision", bf16)))
+    change: list[tuple[str, Callable[[TrainConfig], None]]] = []
     if not cfg.model.lora.enabled:
-        changes.append(("model.lora.enabled=true", lambda c: setattr(c.model.lora, "enabled", True)))
+        change.append(("model.lora.enabled=true", lambda c: setattr(c.model.lora, "enabled", True)))
     if cfg.algo.beta > 0:
-        changes.append(("algo.beta=0", lambda c: setattr(c.algo, "beta", 0.0)))
+        change.append(("algo.beta=0", lambda c: setattr(c.algo, "beta", 0.0)))
     if cfg.rollout.num_generations >= 4:
         half = cfg.rollout.num_generations // 2
-        changes.append((f"rollout.num_generations={half}", lambda c: setattr(c.rollout, "num_generations", half)))
+        change.append((f"rollout.num_generations={half}", lambda c: setattr(c.rollout, "num_generations", half)))
     if cfg.rollout.max_new_tokens >= 2:
-        half_tokens = cfg.rollout.max_new_tokens // 2
-        changes.append(
-            (f"rollout.max_new_tokens={half_tokens}", lambda c: setattr(c.rollout, "max_new_tokens", half_tokens))
-        )
-    knobs = []
-    for override, change in changes:
+        tokens = cfg.rollout.max_new_tokens // 2
+        change.append((f"rollout.max_new_tokens={tokens}", lambda c: setattr(c.rollout, "max_new_tokens", tokens)))
+
+    def peak_with(*changes: Callable[[TrainConfig], None]) -> int:
         trial = copy.deepcopy(cfg)
-        change(trial)
-        lowered = _plan(trial, device, None, shape).peak
-        if lowered < 0.97 * peak:
-            knobs.append((override, lowered))
+        for apply in changes:
+            apply(trial)
+        return _plan(trial, device, None, shape).peak
+
+    knobs = [(override, peak_with(apply)) for override, apply in keep + change]
+    knobs = [(override, lowered) for override, lowered in knobs if lowered < 0.97 * peak]
+    if free is not None and len(keep) > 1 and all(lowered > free for _, lowered in knobs):
+        together = peak_with(*(apply for _, apply in keep))
+        knobs.insert(0, (" ".join(override for override, _ in keep), together))
     return knobs
 
 
@@ -502,13 +510,13 @@ def show_memory_plan(cfg: TrainConfig, console: Console) -> MemoryPlan:
 
 def log_memory_plan(cfg: TrainConfig, device: torch.device | None = None) -> MemoryPlan | None:
     """Before a run loads its model: the plan in one line, and a warning when it does not fit. A
-    model the plan cannot read is the loader's to report, in its own words, so that is skipped."""
+    model the plan cannot read is the loader's to report, in its own words: the plan stays silent."""
     validate(cfg)  # a bad value fails as setup would say it, not as a plan of nonsense
     device = _device(cfg, device)
     try:
         plan = plan_memory(cfg, device, free_memory(device))
     except GrpoError as err:
-        log.info("memory plan: skipped (%s)", err)
+        log.debug("memory plan: skipped (%s)", err)
         return None
     log.info(plan.summary())
     if plan.warning():

@@ -117,6 +117,10 @@ def test_a_plan_that_does_not_fit_names_its_biggest_part_and_the_overrides_that_
     assert "model.gradient_checkpointing=true" in overrides and "train.grad_accum_steps=4" in overrides
     assert all(peak < tight.peak for _, peak in tight.knobs)
     assert "model.gradient_checkpointing=true" in warning
+    hopeless = plan(cfg, free=roomy.peak // 100)  # no single override is enough: the harmless ones together lead
+    together, together_peak = hopeless.knobs[0]
+    assert together.split() == ["train.grad_accum_steps=4", "model.gradient_checkpointing=true", "precision=bf16"]
+    assert together_peak < min(peak for _, peak in hopeless.knobs[1:])
 
 
 def test_free_memory_on_this_cpu_is_a_positive_byte_count() -> None:
