@@ -34,6 +34,15 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", TinyModelConfig(), seed=0)
 
 
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, Path]:
+    """One `grpo train debug=smoke` as a user runs it (stderr a pipe), shared by the tests that only
+    read what it printed and wrote. Its run directory's path is over 80 columns on its own."""
+    long_name = "a_run_directory_whose_path_is_longer_than_eighty_columns_on_its_own"
+    run_dir = tmp_path_factory.mktemp("smoke") / long_name / "run"
+    return run_grpo("train", "debug=smoke", f"hydra.run.dir={run_dir}"), run_dir
+
+
 def run_grpo(
     *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: int = 600
 ) -> subprocess.CompletedProcess:
@@ -75,7 +84,9 @@ def reproducible(rows: list[dict]) -> list[dict]:
 
 class Background:
     """Starts this module's slow runs together, each `grpo train` pays seconds of torch import,
-    and only those whose tests were selected; each test then waits for its own result."""
+    and only those whose tests were selected; each test then waits for its own result.
+
+    A case named NAME belongs to test_NAME; a test with several runs names them NAME:WHAT."""
 
     def __init__(self, request: pytest.FixtureRequest, cases: dict[str, Callable[[], subprocess.CompletedProcess]]):
         selected = {
@@ -86,7 +97,9 @@ class Background:
         self._cases = cases
         self._pool = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2))
         self._futures: dict[str, Future] = {
-            name: self._pool.submit(run) for name, run in cases.items() if not selected or f"test_{name}" in selected
+            name: self._pool.submit(run)
+            for name, run in cases.items()
+            if not selected or f"test_{name.split(':')[0]}" in selected
         }
 
     def result(self, name: str) -> subprocess.CompletedProcess:

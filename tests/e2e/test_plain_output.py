@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 from omegaconf import OmegaConf
 
 from grpo_cli.commands.sweep_summary import SweepSummary
-from tests.conftest import run_grpo
 
 
-def test_log_lines_are_never_wrapped_when_stderr_is_a_pipe(tmp_path: Path) -> None:
-    run_dir = tmp_path / "a_run_directory_whose_path_is_longer_than_eighty_columns_on_its_own" / "run"
-    result = run_grpo("train", "debug=smoke", f"hydra.run.dir={run_dir}")  # stderr is a pipe here
+def test_log_lines_are_never_wrapped_when_stderr_is_a_pipe(smoke_run: tuple[CompletedProcess, Path]) -> None:
+    result, run_dir = smoke_run  # `grpo train debug=smoke`, stderr a pipe, a run directory over 80 columns
+    assert len(str(run_dir)) > 80
     assert result.returncode == 0, result.stderr[-2000:]
     lines = [line for line in result.stderr.splitlines() if "run directory:" in line]
     assert len(lines) == 1 and lines[0].endswith(f"[grpo][INFO] run directory: {run_dir}"), result.stderr[-2000:]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 import torch
@@ -18,7 +19,6 @@ from grpo_cli.models import load_policy
 from grpo_cli.rollout import FastGenerator, HFGenerator, completion_mask_from_eos, make_generator
 from grpo_cli.rollout.engine import fast_loop_unsupported
 from grpo_cli.rollout.prompts import PromptEncoder
-from tests.conftest import run_grpo
 
 PROMPTS = ["12+7=", "3+4=", "100+250=", "9+9="]  # different lengths: left padding in the batch
 
@@ -117,10 +117,10 @@ def test_an_encoder_decoder_model_falls_back_to_generate_and_fast_says_why(tiny)
         make_generator(model, tokenizer, RolloutConfig(loop="fast"))
 
 
-def test_the_trainer_reports_the_loop_in_its_summary(tmp_path: Path) -> None:
-    result = run_grpo("train", "debug=smoke", f"hydra.run.dir={tmp_path}")
+def test_the_trainer_reports_the_loop_in_its_summary(smoke_run: tuple[CompletedProcess, Path]) -> None:
+    result, run_dir = smoke_run  # `grpo train debug=smoke`, shared with tests/e2e/test_plain_output.py
     assert result.returncode == 0, result.stderr[-2000:]
-    assert json.loads((tmp_path / "summary.json").read_text())["rollout_loop"] == "fast"
+    assert json.loads((run_dir / "summary.json").read_text())["rollout_loop"] == "fast"
 
 
 def test_min_new_tokens_forces_every_length_in_both_loops(tiny) -> None:
