@@ -15,7 +15,6 @@ from grpo_cli.rewards.code import HarnessFault
 from grpo_cli.rewards.code.batch import sandbox_backend
 from grpo_cli.rewards.code.sandboxed_rewards import TASK_COLUMNS, code_tests
 from grpo_cli.rewards.code.static_rewards import code_compiles, code_similarity, code_style
-from tests.conftest import read_metrics, run_grpo
 from tests.rewards.code.conftest import MODES, REQUIRED_BACKENDS, isolation_missing, mode_id
 
 TASKS = [json.loads(line) for line in (files("grpo_cli.data") / "code_tasks.jsonl").read_text().splitlines()]
@@ -292,17 +291,7 @@ def test_code_similarity_penalises_overlap_with_the_reference_above_the_threshol
         code_similarity([prompt], ["x"], reference=[reference], threshold=1.0)
 
 
-# ---- end to end ------------------------------------------------------------------------------------------
-def test_smoke_run_with_the_code_reward(tmp_path) -> None:
-    run_dir = tmp_path / "code_smoke"
-    result = run_grpo("train", "reward=code", "debug=smoke", "train.threads=1", f"hydra.run.dir={run_dir}", timeout=300)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    metrics = read_metrics(run_dir)
-    assert len(metrics) == 2
-    for name in ("code_compiles", "code_tests", "code_style", "code_similarity"):
-        assert all(m[f"reward/{name}/nan_frac"] == 0.0 for m in metrics), name  # random text scores 0, not None
-
-
+# ---- the sandbox section (the smoke run with reward=code: tests/e2e/test_code_runs.py) ----------------------
 def test_the_sandbox_section_fills_code_tests_kwargs_and_the_reward_kwargs_win() -> None:
     from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
