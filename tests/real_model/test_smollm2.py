@@ -259,10 +259,14 @@ def test_train_export_reload_and_eval_the_real_model(smollm2_dir: Path, smollm2_
 
 
 def test_export_turns_the_gguf_file_into_the_same_model(smollm2_dir: Path, smollm2_cache: Path, tmp_path: Path) -> None:
+    """In process, through the function `grpo export` calls: `grpo export` on the command line is
+    test_train_export_reload_and_eval_the_real_model's and tests/e2e/test_export.py's."""
+    from grpo_cli.commands.export import run_export
+    from grpo_cli.config.schema import ExportConfig
+
     source = gguf_source(smollm2_config(smollm2_cache))
     exported = tmp_path / "exported"
-    export = grpo("export", f"checkpoint={source}", f"output={exported}", cwd=tmp_path)
-    assert export.returncode == 0, export.stderr[-3000:]
+    run_export(ExportConfig(checkpoint=str(source), output=str(exported)))
     ours = AutoModelForCausalLM.from_pretrained(exported).state_dict()
     cached = AutoModelForCausalLM.from_pretrained(smollm2_dir).state_dict()
     assert ours.keys() == cached.keys()
