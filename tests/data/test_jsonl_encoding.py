@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import codecs
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from grpo_cli.data.jsonl import iter_jsonl
 from grpo_cli.errors import GrpoError
-from tests.conftest import run_grpo
+from tests.conftest import Background, run_grpo
 
 PROMPT = {"prompt": "1+1=", "answer": "2"}
 GROUP = {"prompt": "1+1=", "answer": "2", "completions": [{"text": "2"}, {"text": "3"}]}
@@ -61,17 +62,31 @@ def assert_one_line_error(result, path: Path) -> None:
     assert path.name in result.stderr and ":3:" in result.stderr and "0xe9" in result.stderr, result.stderr
 
 
-def test_train_on_latin1_data_is_a_user_error(tmp_path: Path) -> None:
-    path = write_latin1_on_line_3(tmp_path / "data.jsonl", PROMPT)
-    result = run_grpo(
-        "train", "data=jsonl", f"data.path={path}", "debug=smoke", f"hydra.run.dir={tmp_path / 'run'}", timeout=300
-    )
-    assert_one_line_error(result, path)
+@pytest.fixture(scope="module")
+def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Background, Path]]:
+    """Both `grpo` runs at once: each pays seconds of start-up."""
+    root = tmp_path_factory.mktemp("latin1")
+    data = write_latin1_on_line_3(root / "data.jsonl", PROMPT)
+    rollouts = write_latin1_on_line_3(root / "rollouts.jsonl", GROUP)
+    cases = {
+        "train_on_latin1_data_is_a_user_error": lambda: run_grpo(
+            "train", "data=jsonl", f"data.path={data}", "debug=smoke", f"hydra.run.dir={root / 'run'}", timeout=300
+        ),
+        "score_on_latin1_input_is_a_user_error": lambda: run_grpo(
+            "score", f"input={rollouts}", f"output={root / 'scored.jsonl'}", cwd=root, timeout=300
+        ),
+    }
+    background = Background(request, cases)
+    yield background, root
+    background.close()
 
 
-def test_score_on_latin1_input_is_a_user_error(tmp_path: Path) -> None:
-    path = write_latin1_on_line_3(tmp_path / "rollouts.jsonl", GROUP)
-    output = tmp_path / "scored.jsonl"
-    result = run_grpo("score", f"input={path}", f"output={output}", cwd=tmp_path, timeout=300)
-    assert_one_line_error(result, path)
-    assert not output.exists()
+def test_train_on_latin1_data_is_a_user_error(runs: tuple[Background, Path]) -> None:
+    background, root = runs
+    assert_one_line_error(background.result("train_on_latin1_data_is_a_user_error"), root / "data.jsonl")
+
+
+def test_score_on_latin1_input_is_a_user_error(runs: tuple[Background, Path]) -> None:
+    background, root = runs
+    assert_one_line_error(background.result("score_on_latin1_input_is_a_user_error"), root / "rollouts.jsonl")
+    assert not (root / "scored.jsonl").exists()

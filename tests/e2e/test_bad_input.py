@@ -28,7 +28,10 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     empty.write_text("")
     no_prompt = root / "no_prompt.jsonl"
     no_prompt.write_text('{"question": "1+1=", "answer": "2"}\n{"question": "2+2=", "answer": "4"}\n')
-    return {"root": root, "malformed": malformed, "empty": empty, "no_prompt": no_prompt}
+    recipes = root / "recipes"  # a user's primary config with a misspelled key
+    recipes.mkdir()
+    (recipes / "mine.yaml").write_text("defaults:\n  - train\n  - _self_\noptim:\n  lrr: 0.1\n")
+    return {"root": root, "malformed": malformed, "empty": empty, "no_prompt": no_prompt, "recipes": recipes}
 
 
 def _run(run_dir: Path, *args: str, env: dict[str, str] | None = None) -> Callable[[], subprocess.CompletedProcess]:
@@ -38,6 +41,7 @@ def _run(run_dir: Path, *args: str, env: dict[str, str] | None = None) -> Callab
 @pytest.fixture(scope="module")
 def runs(request: pytest.FixtureRequest, files: dict[str, Path]) -> Iterator[Background]:
     root = files["root"]
+    recipes = files["recipes"]
     cases = {
         "wrong_type": _run(root / "wrong_type", "train.steps=abc"),
         "bad_value": _run(root / "bad_value", "rollout.num_generations=1"),
@@ -51,6 +55,13 @@ def runs(request: pytest.FixtureRequest, files: dict[str, Path]) -> Iterator[Bac
             root / "jsonl_without_prompt_field", "data=jsonl", f"data.path={files['no_prompt']}"
         ),
         "missing_tracker_package": _run(root / "missing_tracker_package", "monitor.trackers=[wandb]"),
+        # refused before Hydra composes: seconds each all the same (a Python start, Hydra's import)
+        "unknown_key_suggests_the_nearest": _run(root / "unknown_key", "optim.lrr=1"),
+        "unknown_key_with_plus_is_refused": _run(root / "unknown_key_with_plus", "+optim.foo=1"),
+        "unknown_key_with_plus_and_a_typo_suggests": _run(root / "unknown_key_with_plus_typo", "+algo.betta=0.1"),
+        "typo_in_a_recipe_names_the_file_and_the_key_meant": _run(
+            root / "recipe_typo", "--config-dir", str(recipes), "-cn", "mine"
+        ),
     }
     background = Background(request, cases)
     yield background
@@ -71,21 +82,21 @@ def assert_no_model_built(run_dir: Path) -> None:
 
 
 # ---- refused before Hydra composes (fast: no torch import) ----------------------------------------
-def test_unknown_key_suggests_the_nearest(tmp_path: Path) -> None:
-    result = run_grpo("train", "optim.lrr=1", f"hydra.run.dir={tmp_path / 'run'}")
+def test_unknown_key_suggests_the_nearest(runs: Background, files: dict[str, Path]) -> None:
+    result = runs.result("unknown_key_suggests_the_nearest")
     assert_user_error(result, "optim.lrr", "optim.lr")
     assert "did you mean optim.lr" in result.stderr
-    assert not (tmp_path / "run").exists()
+    assert not (files["root"] / "unknown_key").exists()
 
 
-def test_unknown_key_with_plus_is_refused(tmp_path: Path) -> None:
-    result = run_grpo("train", "+optim.foo=1", f"hydra.run.dir={tmp_path / 'run'}")
+def test_unknown_key_with_plus_is_refused(runs: Background, files: dict[str, Path]) -> None:
+    result = runs.result("unknown_key_with_plus_is_refused")
     assert_user_error(result, "optim.foo")
-    assert not (tmp_path / "run").exists()
+    assert not (files["root"] / "unknown_key_with_plus").exists()
 
 
-def test_unknown_key_with_plus_and_a_typo_suggests(tmp_path: Path) -> None:
-    result = run_grpo("train", "+algo.betta=0.1", f"hydra.run.dir={tmp_path / 'run'}")
+def test_unknown_key_with_plus_and_a_typo_suggests(runs: Background) -> None:
+    result = runs.result("unknown_key_with_plus_and_a_typo_suggests")
     assert_user_error(result, "algo.betta", "algo.beta")
 
 
@@ -162,10 +173,10 @@ def test_long_path_is_not_wrapped(capsys: pytest.CaptureFixture[str], monkeypatc
     assert f"{path}:3" in capsys.readouterr().err
 
 
-def test_typo_in_a_recipe_names_the_file_and_the_key_meant(tmp_path: Path) -> None:
+def test_typo_in_a_recipe_names_the_file_and_the_key_meant(runs: Background, files: dict[str, Path]) -> None:
     """A misspelled key inside a user's primary config gets the same did-you-mean as an override."""
-    (tmp_path / "mine.yaml").write_text("defaults:\n  - train\n  - _self_\noptim:\n  lrr: 0.1\n")
-    result = run_grpo("train", "--config-dir", str(tmp_path), "-cn", "mine", f"hydra.run.dir={tmp_path / 'run'}")
+    result = runs.result("typo_in_a_recipe_names_the_file_and_the_key_meant")
     assert result.returncode != 0
-    assert f"{tmp_path / 'mine.yaml'}: unknown config key optim.lrr; did you mean optim.lr?" in result.stderr
+    mine = files["recipes"] / "mine.yaml"
+    assert f"{mine}: unknown config key optim.lrr; did you mean optim.lr?" in result.stderr
     assert "Traceback" not in result.stderr

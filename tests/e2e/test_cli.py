@@ -44,11 +44,7 @@ def _write_user_config_dir(root: Path) -> Path:
 def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Background, Path]]:
     root = tmp_path_factory.mktemp("cli")
     config_dir = _write_user_config_dir(root)
-    cases = {
-        "train_help": lambda: run_grpo("train", "--help", f"hydra.run.dir={root / 'help_run'}"),
-        "cfg_job": lambda: run_grpo(
-            "train", "--cfg", "job", "optim.lr=0.5", "algo=dapo", f"hydra.run.dir={root / 'cfg_run'}"
-        ),
+    cases = {  # the longest first: a pool of two
         "multirun": lambda: run_grpo(
             "train", "-m", "optim.lr=1e-3,2e-3", *TINY_RUN, f"hydra.sweep.dir={root / 'sweep'}", timeout=300
         ),
@@ -62,6 +58,14 @@ def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
             f"hydra.run.dir={root / 'user_run'}",
             timeout=300,
         ),
+        "train_help": lambda: run_grpo("train", "--help", f"hydra.run.dir={root / 'help_run'}"),
+        "cfg_job": lambda: run_grpo(
+            "train", "--cfg", "job", "optim.lr=0.5", "algo=dapo", f"hydra.run.dir={root / 'cfg_run'}"
+        ),
+        # the dispatcher's own runs (no Hydra, no torch) last: the pool starts the longest first
+        "top_level_help_lists_subcommands": lambda: run_grpo("--help"),
+        "no_subcommand_prints_usage_and_fails": lambda: run_grpo(),
+        "unknown_subcommand_suggests_the_nearest": lambda: run_grpo("trian", "optim.lr=1"),
     }
     background = Background(request, cases)
     yield background, root
@@ -78,21 +82,21 @@ def _groups() -> dict[str, list[str]]:
 
 
 # ---- the dispatcher (fast: no torch import) -------------------------------------------------------
-def test_top_level_help_lists_subcommands() -> None:
-    result = run_grpo("--help")
+def test_top_level_help_lists_subcommands(runs: tuple[Background, Path]) -> None:
+    result = runs[0].result("top_level_help_lists_subcommands")
     assert result.returncode == 0, result.stderr
     assert "train" in result.stdout
     assert "usage" in result.stdout.lower()
 
 
-def test_no_subcommand_prints_usage_and_fails() -> None:
-    result = run_grpo()
+def test_no_subcommand_prints_usage_and_fails(runs: tuple[Background, Path]) -> None:
+    result = runs[0].result("no_subcommand_prints_usage_and_fails")
     assert result.returncode != 0
     assert "train" in result.stdout + result.stderr
 
 
-def test_unknown_subcommand_suggests_the_nearest() -> None:
-    result = run_grpo("trian", "optim.lr=1")
+def test_unknown_subcommand_suggests_the_nearest(runs: tuple[Background, Path]) -> None:
+    result = runs[0].result("unknown_subcommand_suggests_the_nearest")
     assert result.returncode != 0
     assert "trian" in result.stderr
     assert "did you mean train" in result.stderr

@@ -7,10 +7,38 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from grpo_cli.commands.run_lock import LOCK_FILE, lock_run_dir, unlock_run_dir
-from tests.conftest import REPO, read_metrics, run_grpo
+from tests.conftest import REPO, Background, read_metrics, run_grpo
+
+
+@pytest.fixture(scope="module", autouse=True)
+def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Background, Path]]:
+    """The second test's run, started with the module (autouse): it overlaps the first test's runs,
+    each paying seconds of torch import."""
+    run_dir = tmp_path_factory.mktemp("known_after_composing") / "run"
+
+    def while_this_process_holds_the_lock() -> subprocess.CompletedProcess:
+        assert lock_run_dir(run_dir)  # this test process holds it, as a running grpo would
+        try:
+            return run_grpo(
+                "train",
+                "debug=smoke",
+                "hydra.run.dir=${oc.env:GRPO_TEST_RUN_DIR}",
+                env={"GRPO_TEST_RUN_DIR": str(run_dir)},
+            )
+        finally:
+            unlock_run_dir(run_dir)
+
+    background = Background(
+        request, {"a_run_directory_known_only_after_composing_is_locked_by_the_task": while_this_process_holds_the_lock}
+    )
+    yield background, run_dir
+    background.close()
 
 
 def test_a_second_train_in_a_running_runs_directory_fails_at_once_naming_its_pid(tmp_path: Path) -> None:
@@ -42,15 +70,9 @@ def test_a_second_train_in_a_running_runs_directory_fails_at_once_naming_its_pid
     assert "train.seed=1" not in (run_dir / ".hydra" / "overrides.yaml").read_text()  # its record stands
 
 
-def test_a_run_directory_known_only_after_composing_is_locked_by_the_task(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    assert lock_run_dir(run_dir)  # this test process holds it, as a running grpo would
-    try:
-        result = run_grpo(
-            "train", "debug=smoke", "hydra.run.dir=${oc.env:GRPO_TEST_RUN_DIR}", env={"GRPO_TEST_RUN_DIR": str(run_dir)}
-        )
-    finally:
-        unlock_run_dir(run_dir)
+def test_a_run_directory_known_only_after_composing_is_locked_by_the_task(runs: tuple[Background, Path]) -> None:
+    background, run_dir = runs
+    result = background.result("a_run_directory_known_only_after_composing_is_locked_by_the_task")
     assert result.returncode == 1
     assert f"is in use by another grpo run (pid {os.getpid()}" in result.stderr
     assert not (run_dir / "metrics.jsonl").exists()

@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 import statistics
 import textwrap
+from collections.abc import Iterator
+from pathlib import Path
 
-from tests.conftest import run_grpo
+import pytest
+
+from tests.conftest import Background, run_grpo
 
 
 def write_rollouts(path, groups):
@@ -16,10 +20,68 @@ def write_rollouts(path, groups):
             handle.write(json.dumps({"prompt": prompt, "answer": answer, "completions": completions}) + "\n")
 
 
-def test_score_writes_rewards_fused_reward_and_group_advantages(tmp_path):
-    rollouts, scored = tmp_path / "rollouts.jsonl", tmp_path / "out" / "scored.jsonl"
-    write_rollouts(rollouts, [("1+1=", "2", ["2", "3", "2", "22"]), ("2+2=", "4", ["4", "4", "4", "4"])])
-    result = run_grpo("score", f"input={rollouts}", f"output={scored}", "reward=exact_match")
+def _score(root: Path, groups, *args: str, output: str = "scored.jsonl", bad_line: str = "", **kwargs):
+    """`grpo score` of `groups` (and `bad_line`) in ROOT/rollouts.jsonl into ROOT/OUTPUT, to be run later."""
+    root.mkdir(parents=True, exist_ok=True)
+    write_rollouts(root / "rollouts.jsonl", groups)
+    with (root / "rollouts.jsonl").open("a") as handle:
+        handle.write(bad_line)
+    return lambda: run_grpo("score", f"input={root / 'rollouts.jsonl'}", f"output={root / output}", *args, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Background, Path]]:
+    """The module's `grpo score` runs, started together: each pays a second or more of start-up."""
+    root = tmp_path_factory.mktemp("score")
+    (root / "masked").mkdir()
+    (root / "masked" / "my_rewards.py").write_text(
+        textwrap.dedent("""
+        def broken(prompts, completions, **_):
+            raise RuntimeError("grader offline")
+    """)
+    )
+    functions = (
+        "[{name: broken, target: 'my_rewards:broken', weight: 2.0, fallback: exact},"
+        " {name: exact, target: exact_match, weight: 1.0}]"
+    )
+    cases = {
+        "score_writes_rewards_fused_reward_and_group_advantages": _score(
+            root / "advantages",
+            [("1+1=", "2", ["2", "3", "2", "22"]), ("2+2=", "4", ["4", "4", "4", "4"])],
+            "reward=exact_match",
+            output="out/scored.jsonl",
+        ),
+        "failing_function_is_masked_with_an_alert_and_its_fallback_takes_over": _score(
+            root / "masked",
+            [(f"{i}+0=", str(i), [str(i), "x"]) for i in range(5)],
+            f"reward.functions={functions}",
+            "reward.max_consecutive_failures=3",
+            "batch_size=1",
+            cwd=root / "masked",
+            env={"PYTHONPATH": str(root / "masked")},
+        ),
+        "bad_rollouts_file_names_file_and_line:bad_line": _score(
+            root / "bad_line",
+            [("1+1=", "2", ["2", "3"])],
+            "reward=exact_match",
+            bad_line='{"prompt": "x", "completions": [\n',
+        ),
+        "bad_rollouts_file_names_file_and_line:missing": lambda: run_grpo(
+            "score", f"input={root / 'missing.jsonl'}", f"output={root / 'missing_scored.jsonl'}"
+        ),
+        "mixed_group_sizes_are_refused": _score(
+            root / "mixed", [("1+1=", "2", ["2", "3"]), ("1+2=", "3", ["3", "3", "1"])], "reward=exact_match"
+        ),
+    }
+    background = Background(request, cases)
+    yield background, root
+    background.close()
+
+
+def test_score_writes_rewards_fused_reward_and_group_advantages(runs: tuple[Background, Path]) -> None:
+    background, root = runs
+    scored = root / "advantages" / "out" / "scored.jsonl"
+    result = background.result("score_writes_rewards_fused_reward_and_group_advantages")
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads(line) for line in scored.read_text().splitlines()]
     assert [r["prompt"] for r in rows] == ["1+1=", "2+2="]
@@ -40,32 +102,13 @@ def test_score_writes_rewards_fused_reward_and_group_advantages(tmp_path):
     assert "grpo score" in result.stderr
 
 
-def test_failing_function_is_masked_with_an_alert_and_its_fallback_takes_over(tmp_path):
-    (tmp_path / "my_rewards.py").write_text(
-        textwrap.dedent("""
-        def broken(prompts, completions, **_):
-            raise RuntimeError("grader offline")
-    """)
-    )
-    rollouts, scored = tmp_path / "rollouts.jsonl", tmp_path / "scored.jsonl"
-    write_rollouts(rollouts, [(f"{i}+0=", str(i), [str(i), "x"]) for i in range(5)])
-    functions = (
-        "[{name: broken, target: 'my_rewards:broken', weight: 2.0, fallback: exact},"
-        " {name: exact, target: exact_match, weight: 1.0}]"
-    )
-    result = run_grpo(
-        "score",
-        f"input={rollouts}",
-        f"output={scored}",
-        f"reward.functions={functions}",
-        "reward.max_consecutive_failures=3",
-        "batch_size=1",
-        cwd=tmp_path,
-        env={"PYTHONPATH": str(tmp_path)},
-    )
+def test_failing_function_is_masked_with_an_alert_and_its_fallback_takes_over(runs: tuple[Background, Path]) -> None:
+    background, root = runs
+    scored = root / "masked" / "scored.jsonl"
+    result = background.result("failing_function_is_masked_with_an_alert_and_its_fallback_takes_over")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "broken" in result.stderr and "alert" in result.stderr.lower()
-    summary = json.loads((tmp_path / "score_summary.json").read_text())
+    summary = json.loads((root / "masked" / "score_summary.json").read_text())
     assert summary["masked_functions"] == ["broken"]
     assert len(summary["alerts"]) == 1
     assert summary["functions"]["broken"]["nan_count"] == 10
@@ -74,23 +117,19 @@ def test_failing_function_is_masked_with_an_alert_and_its_fallback_takes_over(tm
     assert [c["reward"] for c in rows[-1]["completions"]] == [1.0, 0.0]
 
 
-def test_bad_rollouts_file_names_file_and_line(tmp_path):
-    rollouts = tmp_path / "rollouts.jsonl"
-    write_rollouts(rollouts, [("1+1=", "2", ["2", "3"])])
-    with rollouts.open("a") as handle:
-        handle.write('{"prompt": "x", "completions": [\n')
-    scored = tmp_path / "scored.jsonl"
-    result = run_grpo("score", f"input={rollouts}", f"output={scored}", "reward=exact_match")
+def test_bad_rollouts_file_names_file_and_line(runs: tuple[Background, Path]) -> None:
+    background, root = runs
+    rollouts, scored = root / "bad_line" / "rollouts.jsonl", root / "bad_line" / "scored.jsonl"
+    result = background.result("bad_rollouts_file_names_file_and_line:bad_line")
     assert result.returncode != 0
     assert f"{rollouts}:2" in result.stderr and "Traceback" not in result.stderr
     assert not scored.exists()  # no half-written output under the final name
-    result = run_grpo("score", f"input={tmp_path / 'missing.jsonl'}", f"output={scored}")
+    result = background.result("bad_rollouts_file_names_file_and_line:missing")
     assert result.returncode != 0 and "missing.jsonl" in result.stderr
 
 
-def test_mixed_group_sizes_are_refused(tmp_path):
-    rollouts = tmp_path / "rollouts.jsonl"
-    write_rollouts(rollouts, [("1+1=", "2", ["2", "3"]), ("1+2=", "3", ["3", "3", "1"])])
-    result = run_grpo("score", f"input={rollouts}", f"output={tmp_path / 's.jsonl'}", "reward=exact_match")
+def test_mixed_group_sizes_are_refused(runs: tuple[Background, Path]) -> None:
+    background, root = runs
+    result = background.result("mixed_group_sizes_are_refused")
     assert result.returncode != 0
-    assert f"{rollouts}:2: 3 completions, expected 2" in result.stderr
+    assert f"{root / 'mixed' / 'rollouts.jsonl'}:2: 3 completions, expected 2" in result.stderr

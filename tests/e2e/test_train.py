@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from transformers import AutoModelForCausalLM
 
-from tests.conftest import read_metrics, reproducible, run_grpo
+from tests.conftest import Background, read_metrics, reproducible, run_grpo
 
 REQUIRED_METRICS = {
     "step",
@@ -34,12 +35,50 @@ REQUIRED_METRICS = {
 }
 
 
+@pytest.fixture(scope="module")
+def runs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path
+) -> Iterator[tuple[Background, Path]]:
+    """The module's four `grpo train` runs, started together: each pays seconds of torch import, and
+    a tiny model trains on one thread, leaving the other core idle."""
+    root = tmp_path_factory.mktemp("train")
+    same_seed = ["train.steps=3", "train.prompts_per_step=4", "rollout.num_generations=4", "algo.beta=0.04"]
+    same_seed.append("monitor.plots=false")  # not what this tests
+    cases = {
+        "default_run_learns": lambda: run_grpo("train", f"hydra.run.dir={root / 'default'}"),
+        "two_step_hf_model_with_kl_and_reuse_writes_every_output": lambda: run_grpo(
+            "train",
+            "model=hf",
+            f"model.path={tiny_model_dir}",
+            "algo.beta=0.04",
+            "algo.num_iterations=2",
+            "algo.loss_type=dapo",
+            "train.steps=2",
+            "train.prompts_per_step=4",
+            "rollout.num_generations=4",
+            "monitor.log_completions_every=1",
+            "train.grad_accum_steps=2",
+            f"hydra.run.dir={root / 'two_step'}",
+        ),
+        # two processes of one seed, each under whatever load the others make: the same numbers
+        **{
+            f"same_seed_same_run:{name}": (
+                lambda name=name: run_grpo("train", *same_seed, f"hydra.run.dir={root / 'same_seed' / name}")
+            )
+            for name in "ab"
+        },
+    }
+    background = Background(request, cases)
+    yield background, root
+    background.close()
+
+
 @pytest.mark.slow
-def test_default_run_learns(tmp_path):
+def test_default_run_learns(runs: tuple[Background, Path]) -> None:
     """`grpo train` with no arguments: the reward of the last 10 steps clearly beats the first 10.
     Its stderr is a pipe, as in CI: plain lines, no progress bar; and it draws its pictures."""
-    run_dir = tmp_path / "run"
-    result = run_grpo("train", f"hydra.run.dir={run_dir}")
+    background, root = runs
+    result, run_dir = background.result("default_run_learns"), root / "default"
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 300
@@ -58,23 +97,10 @@ def test_default_run_learns(tmp_path):
         assert (run_dir / picture).stat().st_size > 10_000
 
 
-def test_two_step_hf_model_with_kl_and_reuse_writes_every_output(tmp_path, tiny_model_dir):
+def test_two_step_hf_model_with_kl_and_reuse_writes_every_output(runs: tuple[Background, Path]) -> None:
     """beta>0 (reference model), num_iterations=2 (stored old log-probs), dapo, model=hf."""
-    run_dir = tmp_path / "run"
-    result = run_grpo(
-        "train",
-        "model=hf",
-        f"model.path={tiny_model_dir}",
-        "algo.beta=0.04",
-        "algo.num_iterations=2",
-        "algo.loss_type=dapo",
-        "train.steps=2",
-        "train.prompts_per_step=4",
-        "rollout.num_generations=4",
-        "monitor.log_completions_every=1",
-        "train.grad_accum_steps=2",
-        f"hydra.run.dir={run_dir}",
-    )
+    background, root = runs
+    result, run_dir = background.result("two_step_hf_model_with_kl_and_reuse_writes_every_output"), root / "two_step"
     assert result.returncode == 0, result.stderr[-3000:]
     for name in ("config.yaml", "metrics.jsonl", "summary.json", "train.log"):
         assert (run_dir / name).is_file(), name
@@ -97,15 +123,13 @@ def test_two_step_hf_model_with_kl_and_reuse_writes_every_output(tmp_path, tiny_
     assert "algo:\n  loss_type: dapo" in (run_dir / "config.yaml").read_text()
 
 
-def test_same_seed_same_run(tmp_path):
+def test_same_seed_same_run(runs: tuple[Background, Path]) -> None:
     """Seeded and repeatable on CPU: two runs with one seed log the same numbers."""
-    args = ["train.steps=3", "train.prompts_per_step=4", "rollout.num_generations=4", "algo.beta=0.04"]
-    args.append("monitor.plots=false")  # not what this tests
-    with ThreadPoolExecutor(2) as pool:  # two processes at once: same numbers whatever the machine's load
-        results = list(pool.map(lambda name: run_grpo("train", *args, f"hydra.run.dir={tmp_path / name}"), "ab"))
-    runs = []
-    for name, result in zip("ab", results):
+    background, root = runs
+    logged = []
+    for name in "ab":
+        result = background.result(f"same_seed_same_run:{name}")
         assert result.returncode == 0, result.stderr[-3000:]
-        runs.append(reproducible(read_metrics(tmp_path / name)))
-    assert runs[0] == runs[1]
-    assert runs[0][0]["reward/mean"] is not None
+        logged.append(reproducible(read_metrics(root / "same_seed" / name)))
+    assert logged[0] == logged[1]
+    assert logged[0][0]["reward/mean"] is not None

@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 
 from grpo_cli.rewards.code import HarnessFault
-from tests.conftest import REPO
+from tests.conftest import REPO, Background
 from tests.rewards.code.conftest import ISOLATED, REQUIRE_ISOLATED_ENV, isolation_missing
 
 
@@ -44,12 +45,11 @@ NEEDS_ISOLATION = [
 ]
 
 
-@pytest.mark.parametrize("required", [True, False], ids=["ci", "elsewhere"])
-def test_missing_bwrap_fails_only_where_isolation_is_required(required: bool) -> None:
+def _pytest_without_namespace_tools(required: bool) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != REQUIRE_ISOLATED_ENV}
     if required:
         env[REQUIRE_ISOLATED_ENV] = "1"
-    result = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", WITHOUT_NAMESPACE_TOOLS, "-q", "-rfEs", "-p", "no:cacheprovider", *NEEDS_ISOLATION],
         cwd=REPO,
         env=env,
@@ -57,6 +57,25 @@ def test_missing_bwrap_fails_only_where_isolation_is_required(required: bool) ->
         text=True,
         timeout=300,
     )
+
+
+@pytest.fixture(scope="module")
+def inner_runs(request: pytest.FixtureRequest) -> Iterator[Background]:
+    """Both inner pytest runs at once: each pays seconds of start-up."""
+    cases = {
+        f"missing_bwrap_fails_only_where_isolation_is_required:{required}": (
+            lambda required=required: _pytest_without_namespace_tools(required)
+        )
+        for required in (True, False)
+    }
+    background = Background(request, cases)
+    yield background
+    background.close()
+
+
+@pytest.mark.parametrize("required", [True, False], ids=["ci", "elsewhere"])
+def test_missing_bwrap_fails_only_where_isolation_is_required(required: bool, inner_runs: Background) -> None:
+    result = inner_runs.result(f"missing_bwrap_fails_only_where_isolation_is_required:{required}")
     output = result.stdout + result.stderr
     summary = [line for line in output.splitlines() if line.startswith(("FAILED ", "ERROR ", "SKIPPED "))]
     if required:  # a failure in the test or in its fixture's setup (an error): never a skip
