@@ -58,6 +58,7 @@ def runs(
             "rollout.num_generations=4",
             "monitor.log_completions_every=1",
             "train.grad_accum_steps=2",
+            "train.threads=1",  # as the tiny model gets by itself: a model=hf run would take every core
             f"hydra.run.dir={root / 'two_step'}",
         ),
         # two processes of one seed, each under whatever load the others make: the same numbers
