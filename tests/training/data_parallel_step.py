@@ -106,6 +106,9 @@ def main(model_dir: str, run_root: str, out: str) -> None:
         results[name] = {"steps": steps, "processes": world.size, "lengths": full.lengths.tolist()}
     if world.is_main:
         torch.save(results, out)
+    if world.size > 1:  # a process group left to the interpreter's exit can abort there (std::terminate)
+        world.barrier()
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
