@@ -105,11 +105,11 @@ def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
     return fast
 
 
-def build_tiny_model(directory: str | Path, size: TinyModelConfig, seed: int) -> Path:
-    """Write a random-init Llama and its tokenizer to `directory`; returns the directory."""
-    directory = Path(directory)
-    tokenizer = build_tiny_tokenizer()
-    config = LlamaConfig(
+def tiny_model_config(size: TinyModelConfig, tokenizer: PreTrainedTokenizerFast | None = None) -> LlamaConfig:
+    """The tiny Llama's config (`model.tiny.*` and the byte tokenizer's ids): what build_tiny_model
+    saves, and what the memory plan sizes without building anything."""
+    tokenizer = tokenizer if tokenizer is not None else build_tiny_tokenizer()
+    return LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=size.hidden_size,
         intermediate_size=size.intermediate_size,
@@ -122,6 +122,13 @@ def build_tiny_model(directory: str | Path, size: TinyModelConfig, seed: int) ->
         eos_token_id=tokenizer.eos_token_id,
         tie_word_embeddings=True,
     )
+
+
+def build_tiny_model(directory: str | Path, size: TinyModelConfig, seed: int) -> Path:
+    """Write a random-init Llama and its tokenizer to `directory`; returns the directory."""
+    directory = Path(directory)
+    tokenizer = build_tiny_tokenizer()
+    config = tiny_model_config(size, tokenizer)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)

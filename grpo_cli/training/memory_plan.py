@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from rich.console import Console
 from rich.table import Table
-from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, PretrainedConfig
+from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
 
 from grpo_cli.config.schema import LoraConfig, ModelConfig, PrecisionConfig, TrainConfig
 from grpo_cli.config.train_checks import validate
@@ -34,7 +34,7 @@ from grpo_cli.core.packing import choose_layout
 from grpo_cli.core.precision import PRECISION_DTYPES, effective_precision, weights_dtype
 from grpo_cli.errors import GrpoError
 from grpo_cli.model_source import model_directory
-from grpo_cli.models import TINY_SPECIAL_TOKENS, adapter_base, is_adapter_dir, pick_device
+from grpo_cli.models import adapter_base, is_adapter_dir, pick_device, tiny_model_config
 from grpo_cli.monitor.console import console_mode
 
 log = logging.getLogger("grpo")
@@ -103,17 +103,7 @@ def model_config(model: ModelConfig) -> PretrainedConfig:
     `model.tiny.*` (as models.build_tiny_model writes it), else a directory's config.json (a LoRA
     checkpoint's base; a GGUF file's converted copy, converted the first time as the loader would)."""
     if model.kind == "tiny" and not (model.path and (Path(model.path) / "config.json").is_file()):
-        size = model.tiny
-        return LlamaConfig(
-            vocab_size=256 + len(TINY_SPECIAL_TOKENS),  # the byte-level tokenizer
-            hidden_size=size.hidden_size,
-            intermediate_size=size.intermediate_size,
-            num_hidden_layers=size.num_layers,
-            num_attention_heads=size.num_heads,
-            num_key_value_heads=size.num_heads,
-            max_position_embeddings=size.max_position_embeddings,
-            tie_word_embeddings=True,
-        )
+        return tiny_model_config(model.tiny)
     path = Path(model.path) if model.kind == "tiny" else model_directory(model)
     if is_adapter_dir(path):
         path = adapter_base(path)

@@ -5,8 +5,6 @@ middle of a sync interval; refused where there is no reference of its own to mov
 from __future__ import annotations
 
 import copy
-import os
-import signal
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from grpo_cli.errors import GrpoError
 from grpo_cli.monitor import MetricsFile, StepResult
 from grpo_cli.training import GRPOTrainer
 from tests.conftest import read_metrics, reproducible
+from tests.training.test_trainer import InterruptAt
 
 
 def config(steps: int, every: int = 3, alpha: float = 0.5) -> TrainConfig:
@@ -40,15 +39,6 @@ class Snapshots:
     def on_step(self, result: StepResult) -> None:
         self.policy.append([p.detach().clone() for p in self.trainer.model.parameters()])
         self.reference.append([p.detach().clone() for p in self.trainer.learner.reference.parameters()])
-
-
-class InterruptAt:
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_step(self, result: StepResult) -> None:
-        if result.step == self.step:
-            os.kill(os.getpid(), signal.SIGINT)
 
 
 def run(cfg: TrainConfig, run_dir: Path, *observers) -> GRPOTrainer:
