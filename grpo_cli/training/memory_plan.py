@@ -344,7 +344,8 @@ def _plan(cfg: TrainConfig, device: torch.device, free: int | None, shape: Model
     single_pass = algo.num_iterations == 1 and algo.mini_batches == 1
     # core.update.Objective.needs_entropy: the single-pass update reports it; the loss may use it
     entropy = single_pass or algo.entropy_coef > 0 or algo.top_entropy_quantile < 1
-    logits = max(_logits(worst, completion, shape.vocab, cb, entropy, entropy_grad=algo.entropy_coef > 0))
+    lb = 4 if cfg.model.lm_head_fp32 else cb  # models.Float32Head: the logits in fp32 whatever the passes' dtype
+    logits = max(_logits(worst, completion, shape.vocab, lb, entropy, entropy_grad=algo.entropy_coef > 0))
     gradients = trainable * tb
     # backward writes the output layer's gradient first; accumulation keeps the earlier micro-batches'
     held = gradients if cfg.train.grad_accum_steps > 1 else (0 if lora else shape.output_parameters * tb)
@@ -361,7 +362,7 @@ def _plan(cfg: TrainConfig, device: torch.device, free: int | None, shape: Model
         micro = math.ceil(rows / cfg.train.grad_accum_steps)
         nograd = forward_pass(0, micro, g, prompt, completion, layout, shape.hidden)
         layer = _layer_elements(shape, cfg.model.lora, frozen=True) * nograd.tokens * cb  # one layer at a time
-        phases["no-grad passes"] = _logits(nograd, completion, shape.vocab, cb, entropy=not single_pass)[0] + layer
+        phases["no-grad passes"] = _logits(nograd, completion, shape.vocab, lb, entropy=not single_pass)[0] + layer
         parts.append(Part("log-prob passes", phases["no-grad passes"], "no-grad passes", _describe(nograd)))
 
     peak = sum(p.bytes for p in parts if p.when == "resident") + max(phases.values())

@@ -83,6 +83,15 @@ def test_lora_gradients_and_optimizer_count_only_the_adapters(tiny_model_dir: Pa
     assert part(full, "gradients").bytes == part(full, "weights").bytes  # every parameter, fp32
 
 
+def test_an_fp32_head_makes_a_bf16_runs_logits_those_of_an_fp32_run() -> None:
+    cfg = TrainConfig()
+    fp32 = part(plan(cfg), "logits").bytes
+    cfg.precision.dtype, cfg.precision.autocast = "bf16", True
+    bf16 = part(plan(cfg), "logits").bytes
+    cfg.model.lm_head_fp32 = True  # the last projection and its logits in fp32, the rest in bf16
+    assert bf16 < part(plan(cfg), "logits").bytes == fp32
+
+
 def test_gradient_checkpointing_and_accumulation_lower_the_activations() -> None:
     cfg = TrainConfig()
     cfg.model.tiny.num_layers = 8
