@@ -26,6 +26,8 @@ Columns, per objective (mean over seeds, and each seed's figure):
     greedy          greedy accuracy on the same 100 prompts
     KL last-10      mean k3 KL to the reference over the last 10 steps
     length          mean held-out reply length, tokens
+
+A second table gives each objective's held-out figures minus grpo's on the same seed.
 """
 
 from __future__ import annotations
@@ -118,6 +120,25 @@ def table(results: dict[str, dict[int, dict[str, float]]]) -> str:
     return "\n".join(lines)
 
 
+def paired(results: dict[str, dict[int, dict[str, float]]], baseline: str = "grpo") -> str:
+    """Each objective minus the baseline on the same seed (same prompts, same sampling seed): the
+    seed-to-seed spread of a short run is larger than the gaps between objectives, and pairing
+    removes the part they share."""
+    columns = ["held-out pass@1", "pass@4", "greedy"]
+    lines = [f"| objective - {baseline} | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for objective, seeds in results.items():
+        common = sorted(set(seeds) & set(results.get(baseline, {})))
+        if objective == baseline or not common:
+            continue
+        cells = []
+        for column in columns:
+            gaps = [seeds[s][column] - results[baseline][s][column] for s in common]
+            spread = f", sd {statistics.stdev(gaps):.3f}" if len(gaps) > 1 else ""
+            cells.append(f"{statistics.fmean(gaps):+.3f}{spread} ({' / '.join(f'{g:+.3f}' for g in gaps)})")
+        lines.append(f"| {objective} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs-dir", type=Path, required=True, help="one directory per (objective, seed), kept")
@@ -141,6 +162,7 @@ def main() -> None:
     if not results:
         raise SystemExit(f"no finished runs under {args.runs_dir}")
     print(table(results))
+    print(paired(results))
 
 
 if __name__ == "__main__":
