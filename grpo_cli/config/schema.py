@@ -212,7 +212,7 @@ class AlgoConfig:
     mask_truncated: bool = False
     kl_ratio_correction: bool = False  # k3 term times the ratio pi/pi_old (TRL: use_bias_correction_kl)
     entropy_coef: float = 0.0  # loss -= coef·entropy; 0: off (entropy is logged either way)
-    delta: float = 0.0  # two-sided clipping (INTELLECT-2, TRL's delta): the ratio capped at delta; 0: off
+    delta: float = 0.0  # two-sided clipping (INTELLECT-2, TRL's delta): clip_ratio_c under TRL's name; 0: off
     sapo_temperature_pos: float = 1.0  # loss_type=sapo: the gate's temperature where A > 0
     sapo_temperature_neg: float = 1.05  # loss_type=sapo: where A <= 0 (steeper: negative updates decay faster)
     clip_ratio_c: float = 0.0  # dual-clip (verl): negative-advantage loss capped at -clip_ratio_c·A; 0: off, else > 1

@@ -163,6 +163,8 @@ def _check_variants(algo: AlgoConfig) -> None:
         )
     if algo.delta != 0 and algo.delta <= 1 + algo.epsilon_high:
         fail("algo.delta", algo.delta, f"must be > 1 + algo.epsilon_high ({1 + algo.epsilon_high}), or 0 (off)")
+    if algo.delta != 0 and algo.clip_ratio_c != 0:
+        fail("algo.delta", algo.delta, "is the dual-clip bound under TRL's name: set it or algo.clip_ratio_c, not both")
     if algo.clip_ratio_c != 0 and algo.clip_ratio_c <= 1:
         fail("algo.clip_ratio_c", algo.clip_ratio_c, "must be > 1 (verl's dual-clip uses 3.0) or 0 (off)")
     if not 0 <= algo.top_entropy_quantile <= 1:

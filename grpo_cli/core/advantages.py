@@ -27,6 +27,20 @@ def _nan_std(x: torch.Tensor, valid: torch.Tensor, dim: int | None = None) -> to
     return torch.where(n > 1, std, torch.zeros_like(std))
 
 
+def zero_spread_groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """[groups] bool: fewer than two scorable (non-NaN) rewards, or all of them equal. Such a group
+    gets advantage exactly 0, so dynamic sampling drops it by this same test on the same tensor.
+
+    >>> zero_spread_groups(torch.tensor([1.0, 1.0, 0.0, 1.0, float("nan"), 2.0, float("nan"), float("nan")]), 2)
+    tensor([ True, False,  True,  True])
+    """
+    r = rewards.view(-1, group_size)
+    valid = ~torch.isnan(r)
+    inf = torch.tensor(float("inf"), dtype=r.dtype)
+    spread = torch.where(valid, r, -inf).amax(1) - torch.where(valid, r, inf).amin(1)
+    return (valid.sum(1) < 2) | (spread == 0)
+
+
 def group_advantages(
     rewards: torch.Tensor, group_size: int, scale_rewards: str = "group"
 ) -> tuple[torch.Tensor, AdvantageStats]:
@@ -44,9 +58,7 @@ def group_advantages(
     n = valid.sum(1, keepdim=True)
     mean = torch.where(valid, r, 0.0).sum(1, keepdim=True) / n.clamp(min=1)
     centred = torch.where(valid, r - mean, 0.0)
-    inf = torch.tensor(float("inf"), dtype=r.dtype)
-    spread = torch.where(valid, r, -inf).amax(1) - torch.where(valid, r, inf).amin(1)
-    zero_std = (n.squeeze(1) < 2) | (spread == 0)
+    zero_std = zero_spread_groups(rewards, group_size)
     group_std = _nan_std(r, valid, dim=1)
     if scale_rewards == "group":
         adv = centred / (group_std + STD_EPS)

@@ -25,17 +25,15 @@ def importance_ratio(
 
 
 def clipped_surrogate(
-    ratio: torch.Tensor, advantages: torch.Tensor, epsilon_low: float, epsilon_high: float, delta: float = 0.0
+    ratio: torch.Tensor, advantages: torch.Tensor, epsilon_low: float, epsilon_high: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """-min(rho*A, clip(rho, 1-eps_low, 1+eps_high)*A) per token (PPO; DAPO's clip-higher).
 
-    `delta` > 0 (INTELLECT-2's two-sided clipping, TRL's delta) also caps the unclipped term's
-    ratio at delta: on a negative-advantage token the loss stops growing there. Returns (loss
-    [B, T], clipped-low indicator, clipped-high indicator); a token counts as clipped only where
-    the clip changed the objective.
+    Returns (loss [B, T], clipped-low indicator, clipped-high indicator); a token counts as clipped
+    only where the clip changed the objective.
     """
     adv = advantages.unsqueeze(-1)
-    unclipped = (ratio.clamp(max=delta) if delta > 0 else ratio) * adv
+    unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high) * adv
     loss = -torch.min(unclipped, clipped)
     low = (ratio < 1 - epsilon_low) & (adv < 0)
@@ -78,7 +76,9 @@ def sapo_loss(
 def dual_clip(loss: torch.Tensor, advantages: torch.Tensor, clip_ratio_c: float) -> tuple[torch.Tensor, torch.Tensor]:
     """verl's dual-clip (Ye et al. 2020): on a negative-advantage token the clipped surrogate's loss
     grows with the ratio without bound, so one stale token with a huge ratio can dominate a step;
-    it is capped at -clip_ratio_c·A, where its gradient stops. Returns (loss, capped indicator).
+    it is capped at -clip_ratio_c·A, where its gradient stops. INTELLECT-2's two-sided clipping
+    (TRL's `delta`, which must exceed 1 + eps_high) caps the unclipped ratio at delta, which is
+    the same bound with c = delta. Returns (loss, capped indicator).
 
     >>> loss, capped = dual_clip(torch.tensor([[5.0, 0.5, -2.0]]), torch.tensor([-1.0]), 3.0)
     >>> loss.tolist(), capped.tolist()

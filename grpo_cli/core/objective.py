@@ -49,8 +49,8 @@ def token_loss(
     entropies: torch.Tensor | None = None,
     collective: Collective | None = None,
 ) -> TokenLoss:
-    """The per-token loss, in TRL's order: the policy term (the clipped surrogate, two-sided with
-    delta, dual-clipped with clip_ratio_c; or CISPO's or SAPO's by loss_type),
+    """The per-token loss, in TRL's order: the policy term (the clipped surrogate, dual-clipped with
+    clip_ratio_c or its other name delta; or CISPO's or SAPO's by loss_type),
     kept on the high-entropy tokens only (top_entropy_quantile), weighted by the rollout correction
     (engine_logps), plus β·KL (times the importance ratio with kl_ratio_correction).
 
@@ -67,9 +67,10 @@ def token_loss(
         loss = sapo_loss(ratio, advantages, algo.sapo_temperature_pos, algo.sapo_temperature_neg)
         low = high = torch.zeros_like(loss, dtype=torch.bool)  # a soft gate clips nothing
     else:
-        loss, low, high = clipped_surrogate(ratio, advantages, *epsilons, delta=algo.delta)
-    if algo.clip_ratio_c > 0:
-        loss, dual = dual_clip(loss, advantages, algo.clip_ratio_c)
+        loss, low, high = clipped_surrogate(ratio, advantages, *epsilons)
+    cap = algo.clip_ratio_c or algo.delta  # one bound under two names (core.loss.dual_clip); never both
+    if cap > 0:
+        loss, dual = dual_clip(loss, advantages, cap)
         variants["clip_frac/dual"] = (dual * mask).sum().item()
     tokens = mask
     if algo.top_entropy_quantile < 1:

@@ -247,7 +247,9 @@ def sync_reference(reference: torch.nn.Module | None, policy: torch.nn.Module, a
     reference is a copy of the policy's architecture, so names and order match)."""
     if not isinstance(reference, torch.nn.Module):
         raise ValueError("algo.ref_sync needs a reference model of its own (algo.beta > 0, no LoRA)")
-    for (name, ref), (policy_name, new) in zip(reference.named_parameters(), unwrap(policy).named_parameters()):
+    for (name, ref), (policy_name, new) in zip(
+        reference.named_parameters(), unwrap(policy).named_parameters(), strict=True
+    ):
         if name != policy_name:
             raise ValueError(f"the reference's {name} meets the policy's {policy_name}: not a copy of the policy")
         ref.mul_(1 - alpha).add_(new.to(ref.dtype), alpha=alpha)

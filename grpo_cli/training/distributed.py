@@ -86,6 +86,8 @@ class World:
 
     def gather(self, values: torch.Tensor) -> torch.Tensor:
         """core.parallel.Collective.gather: each process's 1-D values, concatenated in rank order."""
+        if self.size == 1:
+            return values
         return torch.cat([part.to(values.device) for part in self.gather_objects(values.detach().cpu())])
 
     def gather_objects(self, value: Any) -> list[Any]:

@@ -31,7 +31,6 @@ of a refill rolls the step back to its start and a resume replays the refill exa
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +38,7 @@ from typing import Any
 import torch
 
 from grpo_cli.config.schema import AlgoConfig, TrainConfig
+from grpo_cli.core.advantages import zero_spread_groups
 from grpo_cli.data import PromptSampler
 from grpo_cli.rewards import BatchScores, FusionResult, RewardBatch, RewardExecutor, RewardFusion, score_batch
 from grpo_cli.rollout import Generator, Rollout
@@ -73,18 +73,13 @@ class Draw:
 
 
 def has_signal(fused: list[float], group_size: int) -> list[bool]:
-    """Per group: do its scorable fused rewards differ? The test `group_advantages` applies before
-    it sets a group's advantages to exactly 0: NaN rows (unscorable) are left out, and a group with
-    fewer than two scorable rows, or all of them equal, carries no signal.
+    """Per group: do its scorable fused rewards differ? `group_advantages`' own test, on the
+    float32 tensor the trainer hands it, so a kept group never trains with advantages of 0.
 
     >>> has_signal([1.0, 1.0, 0.0, 1.0, float("nan"), 2.0, float("nan"), float("nan")], 2)
     [False, True, False, False]
     """
-    flags = []
-    for start in range(0, len(fused), group_size):
-        scorable = [r for r in fused[start : start + group_size] if not math.isnan(r)]
-        flags.append(len(scorable) >= 2 and max(scorable) != min(scorable))
-    return flags
+    return (~zero_spread_groups(torch.tensor(fused, dtype=torch.float32), group_size)).tolist()
 
 
 def keep_count(signal: int, wanted: int, processes: int) -> int:

@@ -274,3 +274,37 @@ def test_mini_batches_are_checked_against_each_processs_share(processes: int, mi
         return
     with pytest.raises(GrpoError, match=r"algo.mini_batches=\d.*prompts_per_step=4 / distributed.num_processes=2 = 2"):
         validate(cfg)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "why"),
+    [
+        ({"algo.delta": 1.2}, "algo.delta", "must be > 1 + algo.epsilon_high"),
+        ({"algo.delta": 3.0, "algo.clip_ratio_c": 3.0}, "algo.delta", "not both"),
+        ({"algo.clip_ratio_c": 1.0}, "algo.clip_ratio_c", "must be > 1"),
+        ({"algo.loss_type": "cispo"}, "algo.epsilon_high", "CISPO's cap on the importance weight"),
+        (
+            {"algo.loss_type": "cispo", "algo.epsilon_high": 5.0, "algo.delta": 7.0},
+            "algo.delta",
+            "which loss_type=cispo",
+        ),
+        ({"algo.loss_type": "sapo", "algo.clip_ratio_c": 3.0}, "algo.clip_ratio_c", "which loss_type=sapo has not"),
+        ({"algo.sapo_temperature_neg": 0.0}, "algo.sapo_temperature_neg", "must be > 0"),
+    ],
+)
+def test_loss_family_combinations_that_cannot_mean_anything_are_refused(
+    overrides: dict[str, Any], key: str, why: str
+) -> None:
+    """Each refusal names the key a user set; delta and clip_ratio_c are one bound under two names
+    (core.loss.dual_clip), so setting both would silently keep one of them."""
+    with pytest.raises(GrpoError, match=re.escape(why)) as info:
+        validate(valid_config(**overrides))
+    assert f"{key}=" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{"algo.delta": 3.0}, {"algo.clip_ratio_c": 3.0}, {"algo.loss_type": "cispo", "algo.epsilon_high": 5.0}],
+)
+def test_each_loss_family_knob_alone_passes(overrides: dict[str, Any]) -> None:
+    assert validate(valid_config(**overrides)) == []
