@@ -106,7 +106,7 @@ class UpdateTotals:
         local = [self.kl, self.clip_low, self.clip_high, self.tokens, self.entropy.total, self.entropy.tokens]
         summed = collective.sum(torch.tensor(local + [self.variants[n] for n in names], dtype=torch.float64)).tolist()
         kl, low, high, tokens, self.entropy.total, self.entropy.tokens = summed[: len(local)]
-        tokens = max(tokens, 1.0)
+        tokens = tokens or math.nan  # no loss token (a skipped step): per-token figures are NaN, not 0
         return UpdateStats(
             loss=self.loss / self.steps if self.steps else math.nan,
             kl=kl / tokens if with_kl else None,

@@ -10,6 +10,7 @@ from the sampler's order alone (`expected`)."""
 from __future__ import annotations
 
 import io
+import math
 import os
 import signal
 import sys
@@ -151,7 +152,7 @@ def test_constant_groups_are_dropped_and_the_step_refilled(tmp_path: Path) -> No
     assert any(step["draws"] > 1 for step in plan)  # the premise: some step needs a refill
     samples: list[list[str]] = []
     trainer, _ = run(cfg, tmp_path / "run", Samples(samples))
-    for row, step, first in zip(trainer.history, plan, samples):
+    for row, step, first in zip(trainer.history, plan, samples, strict=True):
         assert row["sampling/groups_kept"] == 4 and row["frac_zero_std_groups"] == 0.0  # full, all with a signal
         assert row["sampling/draws"] == step["draws"] and row["sampling/groups_dropped"] == step["dropped"]
         assert row["sampling/groups_generated"] == 4 * step["draws"]
@@ -168,6 +169,7 @@ def test_a_short_batch_trains_on_what_it_has_and_none_skips_the_update(
     """Step 1: one signal group in 2 draws (algo.mini_batches=2 is cut to 1); step 2: none, the update
     is skipped and the weights stay; step 3: three, two mini-batches. Each short step alerts."""
     cfg = config("signal_for_chosen_prompts", steps=3, max_draws=2, mini_batches=2)
+    cfg.algo.beta = 0.04  # a KL figure to check on the skipped step
     sampler = PromptSampler(train_examples(cfg, tmp_path), cfg.train.seed)
     draws = [[ex["prompt"] for ex in sampler.next_batch(8)] for _ in range(3)]  # each step's two draws
     assert len({p for draw in draws for p in draw}) == 24  # no prompt twice: a signal only where chosen
@@ -179,9 +181,11 @@ def test_a_short_batch_trains_on_what_it_has_and_none_skips_the_update(
     assert [r["sampling/draws"] for r in trainer.history] == [2, 2, 2]
     assert [r["sampling/groups_dropped"] for r in trainer.history] == [7, 8, 5]
     assert [r["optimizer_steps"] for r in trainer.history] == [1, 0, 2]
+    for key in ("loss", "kl", "clip_frac"):  # the skipped step measured nothing: no figure rather than 0
+        assert [math.isnan(r[key]) for r in trainer.history] == [False, True, False], key
     first, skipped, last = weights.after
-    assert all(torch.equal(a, b) for a, b in zip(first, skipped))  # the skipped step left them alone
-    assert not all(torch.equal(a, b) for a, b in zip(skipped, last))
+    assert all(torch.equal(a, b) for a, b in zip(first, skipped, strict=True))  # the skipped step left them alone
+    assert not all(torch.equal(a, b) for a, b in zip(skipped, last, strict=True))
     log = out.getvalue()
     assert "1 group(s) with a signal after 2 draw(s)" in log and "training on 1 of train.prompts_per_step=4" in log
     assert "algo.mini_batches=2 > 1 group(s) per process: 1 mini-batch(es) this step" in log
@@ -210,4 +214,4 @@ def test_ctrl_c_in_the_middle_of_a_refill_resumes_to_the_uninterrupted_run(
     monkeypatch.setattr(module, "INTERRUPT_AT_CALL", 0)
     _, resumed = run(cfg, tmp_path / "resumed")  # train.resume=auto
     assert reproducible(read_metrics(tmp_path / "resumed")) == reproducible(read_metrics(tmp_path / "straight"))
-    assert all(torch.equal(a, b) for a, b in zip(resumed, straight))
+    assert all(torch.equal(a, b) for a, b in zip(resumed, straight, strict=True))
