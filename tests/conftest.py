@@ -13,8 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from grpo_cli.config.schema import TinyModelConfig
-from grpo_cli.models import build_tiny_model
+# No test contacts the model hub (nor anything off this machine): set before transformers and
+# huggingface_hub read it at import, and inherited by every `grpo` subprocess a test starts.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from grpo_cli.config.schema import TinyModelConfig  # noqa: E402
+from grpo_cli.models import build_tiny_model  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 

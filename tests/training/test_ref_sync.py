@@ -52,6 +52,7 @@ def run(cfg: TrainConfig, run_dir: Path, *observers) -> GRPOTrainer:
         trainer.train()
     finally:
         metrics.close()
+        trainer.cleanup()  # the reward workers end with the run, not with the test session
     return trainer
 
 
@@ -76,13 +77,16 @@ def test_the_reference_moves_every_n_optimizer_steps_and_only_then(tmp_path: Pat
     trainer.setup()
     snapshots.trainer = trainer
     start = [p.detach().clone() for p in trainer.learner.reference.parameters()]
-    trainer.train()
+    try:
+        trainer.train()
+    finally:
+        trainer.cleanup()
     for step in (0, 1):  # steps 1 and 2: the starting model
-        assert all(torch.equal(a, b) for a, b in zip(snapshots.reference[step], start))
-    expected = [0.5 * policy + 0.5 * ref for policy, ref in zip(snapshots.policy[2], start)]
-    assert all(torch.allclose(a, b, rtol=0, atol=1e-7) for a, b in zip(snapshots.reference[2], expected))
-    assert all(torch.equal(a, b) for a, b in zip(snapshots.reference[3], snapshots.reference[2]))
-    assert not all(torch.equal(a, b) for a, b in zip(snapshots.reference[2], start))
+        assert all(torch.equal(a, b) for a, b in zip(snapshots.reference[step], start, strict=True))
+    expected = [0.5 * policy + 0.5 * ref for policy, ref in zip(snapshots.policy[2], start, strict=True)]
+    assert all(torch.allclose(a, b, rtol=0, atol=1e-7) for a, b in zip(snapshots.reference[2], expected, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(snapshots.reference[3], snapshots.reference[2], strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(snapshots.reference[2], start, strict=True))
 
 
 def test_a_ctrl_c_between_syncs_resumes_to_the_uninterrupted_run_bit_for_bit(tmp_path: Path) -> None:
@@ -97,7 +101,7 @@ def test_a_ctrl_c_between_syncs_resumes_to_the_uninterrupted_run_bit_for_bit(tmp
     run(config(steps=7), tmp_path / "resumed", resumed)  # train.resume=auto
     assert reproducible(read_metrics(tmp_path / "resumed")) == reproducible(read_metrics(tmp_path / "straight"))
     for got, want in ((resumed.policy[-1], straight.policy[-1]), (resumed.reference[-1], straight.reference[-1])):
-        assert all(torch.equal(a, b) for a, b in zip(got, want))
+        assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
     assert len(resumed.reference) == 3  # steps 5, 6 and 7 ran after the resume
 
 
