@@ -39,7 +39,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import tempfile
@@ -51,6 +50,7 @@ import transformers
 
 from grpo_cli.config.schema import RewardFunctionConfig, TinyModelConfig, TrainConfig
 from grpo_cli.models import build_tiny_model
+from grpo_cli.monitor.resources import peak_memory_mib
 from grpo_cli.training.memory_plan import plan_memory
 
 transformers.utils.logging.disable_progress_bar()
@@ -99,8 +99,7 @@ def resident_mib() -> float:
 
 
 def peak_mib() -> float:
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
+    return peak_memory_mib(torch.device("cpu"))  # the run's own figure: the process's peak resident set
 
 
 def child(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
