@@ -291,8 +291,8 @@ class GuardConfig:
     """`guard.*`: stop a run that has gone unstable instead of training on noise (docs/architecture.md §3)."""
 
     # batch raw reward std / |mean| above this counts as an unstable batch. Seed 001 says 0.5, but a
-    # healthy default run (sparse exact answers plus partial credit) sits at 0.2-1.2, median 0.62, and
-    # never 3 batches in a row above 1.0 (seeds 0-2, 300 steps): 0.5 warned 46 times and paused at step 5.
+    # healthy default run (sparse exact answers plus partial credit) sits at 0.2-1.1, median 0.61-0.66,
+    # never 2 batches in a row above 1.0 (seeds 0-2, 300 steps): 0.5 warned 28 times and paused at step 10.
     reward_cv_threshold: float = 1.0
     patience: int = 3  # unstable batches in a row before `action`
     action: str = "warn"  # warn | pause (checkpoint, exit 75) | stop (checkpoint, summary, exit 76)

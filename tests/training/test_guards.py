@@ -64,8 +64,8 @@ def test_non_finite_steps_in_a_row_stop_and_one_good_step_resets() -> None:
 
 
 def test_the_default_run_trains_on_with_guard_action_pause(tmp_path: Path) -> None:
-    """The default task's healthy batches have a raw reward CV of 0.2-1.2: under seed 001's 0.5
-    the default run warned 46 times in 300 steps, and with guard.action=pause it stopped at step 5."""
+    """The default task's healthy batches have a raw reward CV of 0.2-1.1: under seed 001's 0.5
+    the default run warned 28 times in 300 steps, and with guard.action=pause it stopped at step 10."""
     cfg = TrainConfig()
     cfg.train.steps, cfg.guard.action = 12, "pause"
     recorder = Recorder()
