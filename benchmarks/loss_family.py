@@ -6,10 +6,11 @@
     python benchmarks/loss_family.py --runs-dir loss_family --report     # the table from finished runs
 
 Why off-policy: with one optimizer step per rollout batch the importance ratio is 1 at every
-token, and then CISPO's gradient is dapo's and SAPO's is the clipped surrogate's (measured: the
-runs are identical metric for metric). The objectives differ only once the policy has moved away
-from the one that sampled, so every run here splits each step's batch into `--mini-batches`
-optimizer steps (4 by default): the later mini-batches are off-policy.
+token, and then CISPO's gradient is dapo's and SAPO's is the clipped surrogate's (measured for
+CISPO over 4 steps: rewards, KL and gradient norms agree to the last digit; only the loss value
+differs). The objectives differ only once the policy has moved away from the one that sampled,
+so every run here splits each step's batch into `--mini-batches` optimizer steps (4 by default):
+the later mini-batches are off-policy.
 
 Each run is `grpo train --config-dir recipes -cn smollm2_135m_addition` (SmolLM2-135M-Instruct on
 2-digit additions in chat form, 4 prompts x 8 completions, 32 new tokens, lr 1e-5, beta 0.04) for
