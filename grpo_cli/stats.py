@@ -42,6 +42,70 @@ def nanstd(values: list[float]) -> float:
     return math.sqrt(sum((v - mean) ** 2 for v in kept) / (len(kept) - 1))
 
 
+def weighted_mean(values: dict[str, float], weights: dict[str, float]) -> float:
+    """Σ_valid w_i v_i / Σ_valid w_i over the names with a positive weight and a value (not NaN);
+    NaN when none has both. The one rule the fused reward and the raw reward are computed by.
+
+    >>> weighted_mean({"a": 1.0, "b": float("nan"), "c": 0.0}, {"a": 1.0, "b": 5.0, "c": 0.25})
+    0.8
+    """
+    valid = [(weights[name], v) for name, v in values.items() if weights.get(name, 0.0) > 0 and not math.isnan(v)]
+    total = sum(w for w, _ in valid)
+    return sum(w * v for w, v in valid) / total if valid else math.nan
+
+
+SCALES = ("group", "batch", "none")  # algo.scale_rewards: what a group's centred values are divided by
+
+
+def constant_groups(values: list[float], group_size: int) -> list[bool]:
+    """Per group: fewer than two valid (non-NaN) values, or all of them equal. Such a group has no
+    signal: its z-scores and advantages are exactly 0, and dynamic sampling drops it.
+
+    >>> constant_groups([1.0, 1.0, 0.0, 1.0, float("nan"), 2.0, float("nan"), float("nan")], 2)
+    [True, False, True, True]
+    """
+    out = []
+    for start in range(0, len(values), group_size):
+        group = finite(values[start : start + group_size])
+        out.append(len(group) < 2 or max(group) == min(group))
+    return out
+
+
+def group_zscores(values: list[float], group_size: int, scale: str = "group") -> list[float]:
+    """(x − mean_g)/(s + 1e-4) over each group's valid values (NaN stays NaN), s the group's
+    unbiased std (`group`), the whole batch's (`batch`), or no division at all (`none`, Dr. GRPO).
+    A group whose valid values are all equal, or has just one, gives exactly 0: its mean need not
+    equal its values in floating point (0.1 + 0.1 + 0.1 ≠ 0.3), and a z-score of 1e-13 would make a
+    group without a signal look like one. The group advantage and the group_zscore normalisation
+    are both this function.
+
+    >>> group_zscores([1.0, 2.0, 3.0, 5.0, 5.0, float("nan")], 3)[:2]
+    [-0.9999000099990001, 0.0]
+    >>> group_zscores([1.0, 2.0, 3.0, 5.0, 5.0, float("nan")], 3)[3:]
+    [0.0, 0.0, nan]
+    >>> group_zscores([0.1, 0.1, 0.1], 3)
+    [0.0, 0.0, 0.0]
+    """
+    if scale not in SCALES:
+        raise ValueError(f"unknown scale {scale!r}: one of {', '.join(SCALES)}")
+    if group_size < 1 or len(values) % group_size:
+        raise ValueError(f"{len(values)} values do not split into groups of {group_size}")
+    batch_std = nanstd(values)
+    out = [math.nan] * len(values)
+    for start, constant in zip(range(0, len(values), group_size), constant_groups(values, group_size), strict=True):
+        idx = [i for i in range(start, start + group_size) if not math.isnan(values[i])]
+        group = [values[i] for i in idx]
+        if constant:
+            for i in idx:
+                out[i] = 0.0
+            continue
+        mean = sum(group) / len(group)
+        divisor = {"group": nanstd(group) + STD_EPS, "batch": batch_std + STD_EPS, "none": 1.0}[scale]
+        for i in idx:
+            out[i] = (values[i] - mean) / divisor
+    return out
+
+
 def column_mean(rows: list[dict], key: str) -> float:
     """nanmean of `key` over metric rows that hold a number there (a summary over steps).
 

@@ -40,8 +40,9 @@ def hydra_entry_point(sub: Subcommand) -> Callable[[], float]:
             share_cores(cfg, hydra_cfg.launcher, hydra_cfg.sweeper)
 
         def locked_run() -> float:
-            if not sub.locks_run_dir:
-                return run(OmegaConf.to_object(cfg), run_dir)
+            if not sub.locks_run_dir:  # score, export: a read-only output is one line too
+                with cannot_write_errors(run_dir, checkpoints=False):
+                    return run(OmegaConf.to_object(cfg), run_dir)
             # a second run in this directory fails at the lock, naming the first one's pid
             with run_dir_lock(run_dir), cannot_write_errors(run_dir, checkpoints=sub.name == "train"):
                 return run(OmegaConf.to_object(cfg), run_dir)

@@ -18,6 +18,7 @@ from grpo_cli.errors import GrpoError
 
 T = TypeVar("T")
 EXIT_USER_ERROR = 1
+EXIT_INTERRUPTED = 130  # the shell's code for SIGINT: a Ctrl-C is neither success nor a user error
 # The machine's state, not a bug: a full disk, a quota, a read-only or forbidden directory.
 CANNOT_WRITE = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 

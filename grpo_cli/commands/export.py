@@ -10,9 +10,11 @@ place: a failed export leaves nothing behind.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,9 +27,11 @@ import yaml
 from peft import PeftModel
 from peft.tuners.tuners_utils import BaseTunerLayer
 from rich.console import Console
+from rich.markup import escape
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from grpo_cli.checkpoint import base_model_dir, is_complete, latest_checkpoint, read_trainer_state, run_dir_of
+from grpo_cli.commands.errors import CANNOT_WRITE, EXIT_INTERRUPTED
 from grpo_cli.config.schema import EXPORT_DTYPES, ExportConfig
 from grpo_cli.errors import GrpoError
 from grpo_cli.model_source import is_gguf, load_gguf
@@ -151,14 +155,43 @@ def checked_export(
 
 @contextlib.contextmanager
 def staging(output: Path) -> Iterator[Path]:
-    """A temporary sibling of `output` to write into, removed if anything fails before the rename."""
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    """A temporary sibling of `output` to write into. If anything fails before the rename, it is
+    removed, and so are the parent directories made for it: a failed export leaves nothing."""
+    made = [folder for folder in (output.parent, *output.parent.parents) if not folder.exists()]  # deepest first
+    tmp = None
     try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
         yield tmp
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        for folder in made:
+            with contextlib.suppress(OSError):  # one that is not empty is someone else's now
+                folder.rmdir()
         raise
+
+
+@contextlib.contextmanager
+def export_errors(output: Path) -> Iterator[None]:
+    """A place that cannot be written (read-only, full, forbidden) and Ctrl-C end in one line; the
+    staging directory is already gone, so the line can say nothing was written."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno not in CANNOT_WRITE:
+            raise
+        where = err.filename or output
+        raise GrpoError(
+            f"output={output}: {where}: {err.strerror} ({errno.errorcode[err.errno]}); nothing was written"
+        ) from err
+    except KeyboardInterrupt:
+        Console(stderr=True).print(
+            f"[bold yellow]interrupted[/]: nothing was written to {escape(str(output))}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        sys.exit(EXIT_INTERRUPTED)
 
 
 def put_in_place(tmp: Path, output: Path, card: str) -> None:
@@ -247,9 +280,14 @@ def run_export(cfg: ExportConfig, run_dir: Path | None = None) -> float:
     output = Path(cfg.output)
     if output.exists() and (not output.is_dir() or any(output.iterdir())):
         raise GrpoError(f"output={cfg.output} already exists: choose a new directory (or remove it)")
-    if is_gguf(cfg.checkpoint):
-        return export_gguf(Path(cfg.checkpoint), output, cfg.dtype)
-    checkpoint = resolve_checkpoint(cfg.checkpoint)
+    with export_errors(output):
+        if is_gguf(cfg.checkpoint):
+            return export_gguf(Path(cfg.checkpoint), output, cfg.dtype)
+        return export_checkpoint(resolve_checkpoint(cfg.checkpoint), output, cfg)
+
+
+def export_checkpoint(checkpoint: Path, output: Path, cfg: ExportConfig) -> float:
+    """A training checkpoint (full weights or a LoRA adapter) as a verified Hugging Face directory."""
     state = read_trainer_state(checkpoint)
     adapter = is_adapter_dir(checkpoint)
     base = base_model_dir(checkpoint, state) if adapter else None

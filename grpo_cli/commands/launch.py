@@ -8,17 +8,26 @@ so every process trains exactly the same config in the same directory.
 A user's own `accelerate launch $(which grpo) train ...` takes the other way in: the main process
 composes with Hydra as usual and sends (config, run directory) to the others, which skip Hydra
 (`follow_main_process`), so there is still one composition and one run directory.
+
+Ctrl-C and SIGTERM (a cluster's preemption) sent to `grpo train` are passed on to the launcher,
+which passes them to the workers (torchrun starts each in a session of its own, so nothing else
+reaches them); `grpo train` waits while they save the step they finish, then prints the resume
+command (`training/interrupt.py`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import logging.config
 import math
 import os
+import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 
@@ -29,9 +38,15 @@ from grpo_cli.config import TrainConfig
 from grpo_cli.config.train_checks import validate
 from grpo_cli.errors import GrpoError
 from grpo_cli.training.distributed import World, check_divisible, launched_processes
+from grpo_cli.training.interrupt import STOP_SIGNALS, Interrupted
 
 WORKER_ENV = "GRPO_WORKER_RUN_DIR"  # set by `launch_workers`: the workers read the run directory's config
 CONFIG_FILE = "config.yaml"
+AGENT = "--agent"  # `python -m grpo_cli.commands.launch --agent ARGS`: accelerate's launcher, run by `run_agent`
+# torchrun's wait for the workers after passing a signal on, before it SIGKILLs them. Its default
+# (30 s) cuts a real model's step and checkpoint short; the cluster's own SIGKILL is the bound
+# that matters. TORCH_ELASTIC_SHUTDOWN_TIMEOUT in the environment overrides it.
+SHUTDOWN_GRACE_S = 300
 
 
 def write_resolved_config(cfg: TrainConfig, run_dir: Path, header: str = "") -> Path:
@@ -64,7 +79,7 @@ def launch_uses_cpu() -> bool:
 
 def launch_command(cfg: TrainConfig, run_dir: Path) -> list[str]:
     dist = cfg.distributed
-    command = [sys.executable, "-m", "accelerate.commands.launch"]
+    command = [sys.executable, "-m", "grpo_cli.commands.launch", AGENT]  # accelerate's launcher (`run_agent`)
     if dist.accelerate_config:
         command += ["--config_file", dist.accelerate_config]
     else:  # torchrun on this machine; on CPU too (accelerate's --cpu launcher wants MPI for N > 1)
@@ -84,10 +99,40 @@ def launch_workers(cfg: TrainConfig, run_dir: Path) -> float:
         env["ACCELERATE_USE_CPU"] = "true"
     threads = cfg.train.threads or 1
     env.setdefault("OMP_NUM_THREADS", str(threads))  # torchrun's default of 1 per worker, unless asked
-    code = subprocess.run(launch_command(cfg, run_dir), env=env).returncode
+    env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(SHUTDOWN_GRACE_S))
+    agent = subprocess.Popen(launch_command(cfg, run_dir), env=env)
+    with forwarded_signals(agent) as received:
+        code = agent.wait()
+    if received:  # the workers saved the step they finished (or, after a second Ctrl-C, the last one saved)
+        raise Interrupted(received[0])
     if code != 0:
         raise GrpoError(f"the {cfg.distributed.num_processes} training processes failed (exit code {code}): see above")
     return objective(run_dir, cfg.sweep.objective)
+
+
+@contextlib.contextmanager
+def forwarded_signals(agent: subprocess.Popen) -> Iterator[list[signal.Signals]]:
+    """Ctrl-C and SIGTERM that reach this process are passed on to the launcher (`agent`), and the
+    wait goes on while the workers finish their step; the block yields the signals received. (A
+    terminal's Ctrl-C reaches the launcher directly as well: torchrun sends the workers SIGTERM for
+    the repeat, which a worker holding a signal already ignores.) A second Ctrl-C stops the wait."""
+    received: list[signal.Signals] = []
+
+    def forward(signum: int, frame: object) -> None:
+        if signum == signal.SIGINT and signal.SIGINT in received:
+            raise Interrupted(signum)
+        received.append(signal.Signals(signum))
+        agent.send_signal(signum)  # a no-op once it has exited
+
+    if threading.current_thread() is not threading.main_thread():
+        yield received  # signal handlers live in the main thread
+        return
+    previous = {signum: signal.signal(signum, forward) for signum in STOP_SIGNALS}
+    try:
+        yield received
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def objective(run_dir: Path, key: str) -> float:
@@ -133,11 +178,28 @@ def worker_logging(run_dir: Path, main: bool) -> None:
     logging.config.dictConfig(OmegaConf.to_container(spec, resolve=True))
 
 
+def run_agent(argv: list[str]) -> None:
+    """accelerate's launcher (torchrun's agent, in this process) on `argv`. A signal it passes on
+    to the workers ends it with the shell's code for that signal and no traceback: the workers save
+    their step, and `grpo train` says where the run stopped."""
+    from accelerate.commands.launch import launch_command as accelerate_launch
+    from accelerate.commands.launch import launch_command_parser
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    try:
+        accelerate_launch(launch_command_parser().parse_args(argv))
+    except SignalException as err:
+        sys.exit(128 + err.sigval)
+
+
 def main() -> None:
-    """A worker of `launch_workers`: train the run directory's resolved config."""
+    """A worker of `launch_workers`: train the run directory's resolved config (`--agent`: the launcher)."""
     from grpo_cli.commands.errors import report_user_errors
     from grpo_cli.commands.train import run_train
 
+    if sys.argv[1] == AGENT:
+        run_agent(sys.argv[2:])
+        return
     run_dir = Path(sys.argv[1])
     worker_logging(run_dir, int(os.environ.get("RANK", "0")) == 0)
     report_user_errors(lambda: run_train(read_resolved_config(run_dir), run_dir))

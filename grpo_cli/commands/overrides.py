@@ -6,6 +6,7 @@ with the nearest valid key suggested for typos.
 
 from __future__ import annotations
 
+import argparse
 import copy
 import re
 from importlib import resources
@@ -20,22 +21,61 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from grpo_cli.commands.plugins import check_hydra_override, require_plugin
+from grpo_cli.config.checks import check_choice
 from grpo_cli.config.keys import check_key
 from grpo_cli.errors import GrpoError
 
 _ABSENT = object()  # OmegaConf.select's default: the schema has no node at that key
 
 
+def _conf_roots(extra_dirs: list[str]) -> list[Path]:
+    """Where config files are found: the packaged conf/ and any --config-dir."""
+    return [Path(str(resources.files("grpo_cli.conf")))] + [Path(d) for d in extra_dirs]
+
+
 def _config_groups(extra_dirs: list[str]) -> set[str]:
     """Group names: the packaged conf/ subdirectories plus those of any --config-dir."""
-    roots = [Path(str(resources.files("grpo_cli.conf")))] + [Path(d) for d in extra_dirs]
     groups = set()
-    for root in roots:
+    for root in _conf_roots(extra_dirs):
         if root.is_dir():
             groups.update(
                 p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_dir() and p.name != "__pycache__"
             )
     return groups
+
+
+def check_group_choice(group: str, option: str, extra_dirs: list[str]) -> None:
+    """`reward=nonexistent` in one line with the nearest option and the list, as a typo in a key
+    gets: Hydra would print a 14-line block with its search path."""
+    options = set()
+    for root in _conf_roots(extra_dirs):
+        folder = root / group
+        if folder.is_dir():
+            options.update(p.relative_to(folder).with_suffix("").as_posix() for p in folder.rglob("*.yaml"))
+    if options:  # a group no conf/ holds a file of (a Hydra one, a plugin's) is Hydra's to check
+        check_choice(group, option, tuple(sorted(options)))
+
+
+def check_modes(args: argparse.Namespace) -> None:
+    """Hydra takes one mode at a time and says so in a traceback (`-m ... --cfg job`): one line instead."""
+    if args.multirun and args.cfg:
+        raise GrpoError(
+            f"-m with --cfg {args.cfg}: --cfg prints one composed config, and -m composes one per job: drop -m "
+            "and give each swept key one value to see that job's config, or drop --cfg to run the sweep"
+        )
+    given = [
+        flag
+        for flag, on in (
+            ("--run", args.run),
+            ("-m", args.multirun),
+            ("--cfg", args.cfg is not None),
+            ("--info", args.info is not None),
+            ("--shell-completion", args.shell_completion),
+        )
+        if on
+    ]
+    if len(given) > 1:
+        raise GrpoError(f"{' with '.join(given)}: give one of --run, -m, --cfg, --info and --shell-completion")
 
 
 def _check_node(node: object, prefix: str, schema: type) -> None:
@@ -92,6 +132,10 @@ def check_primary_config(config_dir: str, config_name: str, schema: type) -> Non
             if group.startswith("hydra/"):  # `- override hydra/launcher: slurm`: the plugin must be installed
                 require_plugin(group, option, [config_dir])
             elif not group.startswith("hydra"):
+                try:
+                    check_group_choice(group, option, [config_dir])
+                except GrpoError as err:
+                    raise GrpoError(f"{path}: {err}") from None
                 check_group_option(config_dir, group, option, schema)
 
 
@@ -127,6 +171,7 @@ def check_value(override: Override, schema_config: DictConfig) -> None:
 
 def check_overrides(argv: list[str], schema: type) -> None:
     args, _ = get_args_parser().parse_known_args(argv)
+    check_modes(args)
     if args.config_dir and args.config_name:
         check_primary_config(args.config_dir, args.config_name, schema)
     try:
@@ -144,9 +189,13 @@ def check_overrides(argv: list[str], schema: type) -> None:
         if key in groups and not override.is_delete():
             # a group choice such as model=hf, or a sweep over several (reward=a,b)
             options = override.sweep_string_iterator() if override.is_choice_sweep() else [override.value()]
-            for option in options if args.config_dir else []:
-                if isinstance(option, str):
-                    check_group_option(args.config_dir, key, option, schema)
+            for option in options:
+                if option is None:  # Hydra's own answer is a ValueError traceback
+                    raise GrpoError(f"{key}=null: a group choice cannot be null; ~{key} drops the group")
+                if isinstance(option, str):  # a glob sweep is Hydra's to expand
+                    check_group_choice(key, option, [args.config_dir] if args.config_dir else [])
+                    if args.config_dir:
+                        check_group_option(args.config_dir, key, option, schema)
             continue
         check_key(key, schema)
         check_value(override, schema_config)

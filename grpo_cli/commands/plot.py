@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.monitor.files import read_metrics_rows
+from grpo_cli.monitor.files import METRICS, read_metrics_rows
 from grpo_cli.monitor.plots import curves_figure, draw_run_plots, find_runs, save_figure
 
 DEFAULT_OVERLAY = Path("curves_overlay.png")
@@ -31,7 +31,8 @@ def _parser() -> argparse.ArgumentParser:
         nargs="+",
         type=Path,
         metavar="RUN_DIR",
-        help="a run directory (holds metrics.jsonl) or a multirun directory (one job per subdirectory)",
+        help="a run directory (holds metrics.jsonl; the file itself will do) or a multirun directory "
+        "(one job per subdirectory)",
     )
     parser.add_argument(
         "-o",
@@ -43,7 +44,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def run_dirs_of(paths: list[Path]) -> list[Path]:
+    """A run's metrics.jsonl stands for its run directory: the file is what the curves are drawn
+    from, and what a user finds first (`grpo plot RUN/metrics.jsonl`)."""
+    return [path.parent if path.name == METRICS and path.is_file() else path for path in map(Path, paths)]
+
+
 def plot(paths: list[Path], output: Path | None) -> list[Path]:
+    paths = run_dirs_of(paths)
     runs = find_runs(paths)
     if output is None and len(runs) == 1 and runs[0][1] == paths[0]:
         return draw_run_plots(paths[0])

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from grpo_cli import __version__
-from grpo_cli.commands.train import EXIT_INTERRUPTED
+from grpo_cli.commands.errors import EXIT_INTERRUPTED
 from grpo_cli.config.rollout_checks import validate_rollout
 from grpo_cli.config.schema import PrecisionConfig, RolloutRunConfig
 from grpo_cli.data import load_examples

@@ -31,6 +31,13 @@ def summary_table(summary: dict) -> Table:
     return table
 
 
+def summary_path(cfg: ScoreConfig) -> Path:
+    """`summary`, else OUTPUT.summary.json beside the output and named after it (as rollout's
+    OUTPUT.meta.json): two scorings in one directory each keep their own."""
+    output = Path(cfg.output)
+    return Path(cfg.summary) if cfg.summary else output.with_name(output.name + ".summary.json")
+
+
 def run_score(cfg: ScoreConfig, run_dir: Path | None = None) -> float:
     """Returns the mean fused reward (the objective, for sweeps over reward settings).
 
@@ -44,10 +51,15 @@ def run_score(cfg: ScoreConfig, run_dir: Path | None = None) -> float:
         raise GrpoError(
             f"output={cfg.output} already exists: grpo score does not overwrite; delete it or choose another"
         )
+    summary_file = summary_path(cfg)
+    if summary_file.exists():  # another scoring's figures: refused before any work, as the output is
+        raise GrpoError(
+            f"summary={summary_file} already exists: grpo score does not overwrite; delete it or set summary=PATH"
+        )
     if not cfg.reward.functions:
         raise GrpoError("reward.functions is empty: choose a reward, e.g. reward=math")
     sources = resolve_reward_sources(cfg.reward.functions, sandbox=cfg.sandbox)
-    diagnostics = reward_diagnostics(sources)  # e.g. the sandbox backend, also in score_summary.json
+    diagnostics = reward_diagnostics(sources)  # e.g. the sandbox backend, also in the summary file
     fusion = RewardFusion.from_config(sources, cfg.reward)
     count_tokens = None
     if cfg.tokenizer:
@@ -69,14 +81,13 @@ def run_score(cfg: ScoreConfig, run_dir: Path | None = None) -> float:
             count_tokens,
         )
     summary.update(diagnostics)
-    summary_path = Path(cfg.summary) if cfg.summary else Path(cfg.output).with_name("score_summary.json")
-    summary_path.write_text(json.dumps(summary, indent=2) + "\n")
+    summary_file.write_text(json.dumps(summary, indent=2) + "\n")
     console = Console(stderr=True)
     for alert in summary["alerts"]:
         console.print(f"[bold yellow]alert:[/] {escape(alert)}", highlight=False)
     console.print(summary_table(summary))
     for key, value in diagnostics.items():
         console.print(f"{key.replace('_', ' ')}: {value}", highlight=False)
-    console.print(f"wrote {cfg.output} and {summary_path}", highlight=False, soft_wrap=True)
+    console.print(f"wrote {cfg.output} and {summary_file}", highlight=False, soft_wrap=True)
     mean = summary["reward"]["mean"]
     return float("nan") if mean is None else mean

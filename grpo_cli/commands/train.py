@@ -10,6 +10,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import transformers
 from rich.console import Console
@@ -36,10 +37,11 @@ from grpo_cli.stats import column_mean
 from grpo_cli.training import GRPOTrainer
 from grpo_cli.training.distributed import World, launched_processes
 from grpo_cli.training.guards import EXIT_PAUSED, TrainingHalted
+from grpo_cli.training.interrupt import exit_code, stopped_by, terminate_as_interrupt
 from grpo_cli.training.memory_plan import log_memory_plan, show_memory_plan
 
 log = logging.getLogger("grpo")
-EXIT_INTERRUPTED = 130  # the shell's code for SIGINT
+EXIT_INTERRUPTED = 130  # the shell's code for SIGINT (`training.interrupt.exit_code`: 143 for SIGTERM)
 transformers.utils.logging.disable_progress_bar()  # the console's panel is the one progress display
 
 
@@ -54,18 +56,29 @@ def resume_command(run_dir: Path) -> str:
     return shlex.join(["grpo", "train", *overrides, f"hydra.run.dir={run_dir}"])
 
 
-def report_interrupt(console: Console, run_dir: Path, when: str) -> None:
-    """Where a Ctrl-C left the run, and the command that continues it."""
+def report_interrupt(console: Console, run_dir: Path, interrupt: KeyboardInterrupt, where: str) -> None:
+    """Where a Ctrl-C or a SIGTERM left the run, and the command that continues it."""
     latest = latest_checkpoint(run_dir)
-    where = f"checkpoint {latest}" if latest else "no checkpoint yet: a resume starts over"
-    command = resume_command(run_dir)
+    saved = f"checkpoint {latest}" if latest else "no checkpoint yet: a resume starts over"
+    how, command = stopped_by(interrupt), resume_command(run_dir)
     console.print(
-        f"[bold yellow]interrupted[/] {when}; {where}.\nResume with:\n  {escape(command)}",
+        f"[bold yellow]{how}[/] {where}; {saved}.\nResume with:\n  {escape(command)}",
         highlight=False,
         soft_wrap=True,
     )
     # the file tells how the run ended; the console has the command on a line of its own to copy
-    to_log_files(logging.WARNING, f"interrupted {when}; {where}. Resume with: {command}")
+    to_log_files(logging.WARNING, f"{how} {where}; {saved}. Resume with: {command}")
+
+
+def report_halt(console: Console, halt: TrainingHalted, run_dir: Path) -> None:
+    """A stability guard paused or stopped the run on a saved step."""
+    console.print(
+        f"[bold red]{'paused' if halt.exit_code == EXIT_PAUSED else 'stopped'} by a stability guard[/] "
+        f"after step {halt.step}: {escape(str(halt))}.\n"
+        f"Checkpoint {halt.checkpoint}. Resume with:\n  {escape(resume_command(run_dir))}",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def last_eval(history: list[dict]) -> dict[str, float]:
@@ -76,8 +89,8 @@ def last_eval(history: list[dict]) -> dict[str, float]:
 
 def run_train(cfg: TrainConfig, run_dir: Path) -> float:
     """The task function: returns `sweep.objective` from the summary (by default the last 10 steps'
-    mean raw reward, reward/raw_mean), the figure sweepers optimise. With distributed.num_processes > 1 it launches the
-    workers and returns theirs; inside a launch, this process trains its share."""
+    mean raw reward, reward/raw_mean), the figure sweepers optimise. With distributed.num_processes > 1
+    it launches the workers and returns theirs; inside a launch, this process trains its share."""
     if cfg.debug.smoke:
         apply_smoke(cfg)
     require_trackers(cfg.monitor.trackers)
@@ -85,117 +98,155 @@ def run_train(cfg: TrainConfig, run_dir: Path) -> float:
         show_memory_plan(cfg, Console(stderr=True))
         return math.nan
     if cfg.distributed.num_processes > 1 and launched_processes() == 1:
-        try:
-            return launch_workers(cfg, run_dir)
-        except KeyboardInterrupt:  # the workers got the signal too and stopped
-            report_interrupt(Console(stderr=True), run_dir, f"with {cfg.distributed.num_processes} processes")
-            sys.exit(EXIT_INTERRUPTED)
+        return _launch(cfg, run_dir)
     world = join_world(cfg, run_dir)
-    if not world.is_main:  # every file, log line and tracker is the main process's
-        return _train_quietly(cfg, run_dir, world)
-    console = Console(stderr=True)
-    log_memory_plan(cfg, world.device)  # one line before the model loads; a warning when it does not fit
-    metrics_file = MetricsFile(run_dir / "metrics.jsonl")
-    monitor = cfg.monitor
-    progress = TrainingConsole(
-        cfg.train.steps,
-        monitor.console,
-        console,
-        monitor.print_every,
-        monitor.log_completions_every,
-        monitor.num_completions_to_print,
-    )
-    observers: list[Observer] = [metrics_file, CompletionLog(run_dir / "completions", monitor.log_completions_every)]
-    trainer = GRPOTrainer(cfg, run_dir, [*observers, progress], world)
-    start = time.perf_counter()
-    trainer.setup()  # validates first: a bad value fails before any model is built
-    run_dir.mkdir(parents=True, exist_ok=True)
-    trackers: TrackerObserver | None = None
-    if monitor.trackers:  # opened once a resume is known: their steps continue from it
-        trackers = open_trackers(
-            monitor.trackers, run_dir, flatten(asdict(cfg)), monitor.log_completions_every, trainer.history
-        )
-        trainer.observers.insert(len(observers), trackers)
-    lr_line = f"effective lr {trainer.lr:g} (optim.lr={cfg.optim.lr:g}, optim.lr_scaling={cfg.optim.lr_scaling})"
-    write_resolved_config(cfg, run_dir, f"# {lr_line}\n")
-    log.info(lr_line)
-    if world.size > 1:
-        log.info(
-            "data-parallel: %d processes, %d prompts each per step",
-            world.size,
-            cfg.train.prompts_per_step // world.size,
-        )
-    if trainer.resumed_from:
-        log.info("resuming from %s (step %d)", trainer.resumed_from, trainer.step_index)
-        progress.resumed_at(trainer.step_index)
-    log.info("run directory: %s", run_dir)
-    for key, value in trainer.diagnostics.items():
-        log.info("%s: %s", key.replace("_", " "), value)
-    halted: TrainingHalted | None = None
+    with terminate_as_interrupt():  # SIGTERM (a cluster's preemption) stops the run as Ctrl-C does
+        return _train_main(cfg, run_dir, world) if world.is_main else _train_quietly(cfg, run_dir, world)
+
+
+def _launch(cfg: TrainConfig, run_dir: Path) -> float:
+    """This process starts the workers and waits for them; a signal it gets, they get too."""
     try:
-        with progress:
-            history = trainer.train()
-        checkpoint = trainer.save()
-    except TrainingHalted as halt:  # a guard: the step is finished and saved
-        halted, history, checkpoint = halt, trainer.history, Path(halt.checkpoint)
-        console.print(
-            f"[bold red]{'paused' if halt.exit_code == EXIT_PAUSED else 'stopped'} by a stability guard[/] "
-            f"after step {halt.step}: {escape(str(halt))}.\n"
-            f"Checkpoint {halt.checkpoint}. Resume with:\n  {escape(resume_command(run_dir))}",
-            highlight=False,
-            soft_wrap=True,
-        )
-    except KeyboardInterrupt:
+        return launch_workers(cfg, run_dir)
+    except KeyboardInterrupt as interrupt:  # the workers saved the step they finished and stopped
+        report_interrupt(Console(stderr=True), run_dir, interrupt, f"with {cfg.distributed.num_processes} processes")
+        sys.exit(exit_code(interrupt))
+
+
+def _train_main(cfg: TrainConfig, run_dir: Path, world: World) -> float:
+    """The main process: every file, log line and tracker is its own."""
+    log_memory_plan(cfg, world.device)  # one line before the model loads; a warning when it does not fit
+    run = MainRun(cfg, run_dir, world)
+    started = time.perf_counter()
+    try:
+        run.start()
+        history, checkpoint, halted = run.train()
+    except KeyboardInterrupt as interrupt:  # Ctrl-C or SIGTERM: the trainer saved the last finished step
         if world.size == 1 or WORKER_ENV not in os.environ:  # a worker's launcher reports it, with its command
-            report_interrupt(console, run_dir, f"after step {trainer.step_index}")
-        trainer.cleanup()
-        sys.exit(EXIT_INTERRUPTED)
+            report_interrupt(run.console, run_dir, interrupt, f"after step {run.trainer.step_index}")
+        run.trainer.cleanup()
+        sys.exit(exit_code(interrupt))
     finally:
-        metrics_file.close()
-        if trackers is not None:
-            trackers.close()
-    summary = {
-        "steps": trainer.step_index,
-        "wall_s": time.perf_counter() - start,
-        # the raw reward (reward/raw_mean), not the fused one: a zscore or normalize_then_sum fusion
-        # centres every batch near 0, and the default sweep objective would say nothing
-        "reward_first10": _mean(history[:10], "reward/raw_mean"),
-        "reward_last10": _mean(history[-10:], "reward/raw_mean"),
-        **{  # each reward function's raw mean over the last 10 steps, e.g. last10/exact_match
-            f"last10/{name}": _mean(history[-10:], f"reward/{name}/mean")
-            for name in reward_function_names(history[-1] if history else {})
-        },
-        "final_checkpoint": str(checkpoint),
-        "halted_by_guard": None if halted is None else f"{halted.verdict.action}: {halted}",
-        **last_eval(history),
-        **trainer.prompt_budget.summary(),
-        **trainer.diagnostics,
-        "processes": world.size,
-    }
-    write_summary(run_dir / "summary.json", summary)
-    if monitor.plots and history:
-        pictures = draw_run_plots(run_dir)
-        log.info("pictures: %s (redraw or overlay runs: grpo plot RUN_DIR...)", ", ".join(map(str, pictures)))
-    console.print(summary_table(summary, history))
-    trainer.cleanup()
-    if halted is not None:
-        sys.exit(halted.exit_code)  # pause 75, stop 76: distinct from success, errors and Ctrl-C
-    return objective(run_dir, cfg.sweep.objective)
+        run.close()
+    return run.finish(history, checkpoint, halted, time.perf_counter() - started)
+
+
+class MainRun:
+    """The main process's run: the trainer with its console and files, from start-up to the summary."""
+
+    def __init__(self, cfg: TrainConfig, run_dir: Path, world: World) -> None:
+        self.cfg, self.run_dir, self.world = cfg, run_dir, world
+        self.console = Console(stderr=True)
+        monitor = cfg.monitor
+        self.progress = TrainingConsole(
+            cfg.train.steps,
+            monitor.console,
+            self.console,
+            monitor.print_every,
+            monitor.log_completions_every,
+            monitor.num_completions_to_print,
+        )
+        self.metrics_file = MetricsFile(run_dir / "metrics.jsonl")
+        self.files: list[Observer] = [
+            self.metrics_file,
+            CompletionLog(run_dir / "completions", monitor.log_completions_every),
+        ]
+        self.trainer = GRPOTrainer(cfg, run_dir, [*self.files, self.progress], world)
+        self.trackers: TrackerObserver | None = None
+
+    def start(self) -> None:
+        """Validate and load (a bad value fails before any model is built), then open the trackers
+        and say how the run starts."""
+        cfg, trainer = self.cfg, self.trainer
+        trainer.setup()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if cfg.monitor.trackers:  # opened once a resume is known: their steps continue from it
+            self.trackers = open_trackers(
+                cfg.monitor.trackers,
+                self.run_dir,
+                flatten(asdict(cfg)),
+                cfg.monitor.log_completions_every,
+                trainer.history,
+            )
+            trainer.observers.insert(len(self.files), self.trackers)
+        lr_line = f"effective lr {trainer.lr:g} (optim.lr={cfg.optim.lr:g}, optim.lr_scaling={cfg.optim.lr_scaling})"
+        write_resolved_config(cfg, self.run_dir, f"# {lr_line}\n")
+        log.info(lr_line)
+        if self.world.size > 1:
+            per_process = cfg.train.prompts_per_step // self.world.size
+            log.info("data-parallel: %d processes, %d prompts each per step", self.world.size, per_process)
+        if trainer.resumed_from:
+            log.info("resuming from %s (step %d)", trainer.resumed_from, trainer.step_index)
+            self.progress.resumed_at(trainer.step_index)
+        log.info("run directory: %s", self.run_dir)
+        for key, value in trainer.diagnostics.items():
+            log.info("%s: %s", key.replace("_", " "), value)
+
+    def train(self) -> tuple[list[dict], Path, TrainingHalted | None]:
+        """The loop and the final checkpoint: (history, checkpoint, the guard's halt if one ended it)."""
+        try:
+            with self.progress:
+                history = self.trainer.train()
+            return history, self.trainer.save(), None
+        except TrainingHalted as halt:  # a guard: the step is finished and saved
+            report_halt(self.console, halt, self.run_dir)
+            return self.trainer.history, Path(halt.checkpoint), halt
+
+    def close(self) -> None:
+        self.metrics_file.close()
+        if self.trackers is not None:
+            self.trackers.close()
+
+    def finish(self, history: list[dict], checkpoint: Path, halted: TrainingHalted | None, wall_s: float) -> float:
+        """summary.json, the pictures and the summary table; a guard's exit code, else the objective."""
+        summary = self.summary(history, checkpoint, halted, wall_s)
+        write_summary(self.run_dir / "summary.json", summary)
+        if self.cfg.monitor.plots and history:
+            pictures = draw_run_plots(self.run_dir)
+            log.info("pictures: %s (redraw or overlay runs: grpo plot RUN_DIR...)", ", ".join(map(str, pictures)))
+        self.console.print(summary_table(summary, history))
+        self.trainer.cleanup()
+        if halted is not None:
+            sys.exit(halted.exit_code)  # pause 75, stop 76: distinct from success, errors and Ctrl-C
+        return objective(self.run_dir, self.cfg.sweep.objective)
+
+    def summary(
+        self, history: list[dict], checkpoint: Path, halted: TrainingHalted | None, wall_s: float
+    ) -> dict[str, Any]:
+        trainer = self.trainer
+        return {
+            "steps": trainer.step_index,
+            "wall_s": wall_s,
+            # the raw reward (reward/raw_mean), not the fused one: a zscore or normalize_then_sum fusion
+            # centres every batch near 0, and the default sweep objective would say nothing
+            "reward_first10": _mean(history[:10], "reward/raw_mean"),
+            "reward_last10": _mean(history[-10:], "reward/raw_mean"),
+            **{  # each reward function's raw mean over the last 10 steps, e.g. last10/exact_match
+                f"last10/{name}": _mean(history[-10:], f"reward/{name}/mean")
+                for name in reward_function_names(history[-1] if history else {})
+            },
+            "final_checkpoint": str(checkpoint),
+            "halted_by_guard": None if halted is None else f"{halted.verdict.action}: {halted}",
+            **last_eval(history),
+            **trainer.prompt_budget.summary(),
+            **trainer.diagnostics,
+            "processes": self.world.size,
+        }
 
 
 def _train_quietly(cfg: TrainConfig, run_dir: Path, world: World) -> float:
     """A non-main data-parallel process: the same steps, collectives and checkpoint calls as the
     main one, and nothing written or printed."""
     trainer = GRPOTrainer(cfg, run_dir, [], world)
-    trainer.setup()
     try:
+        trainer.setup()
         trainer.train()
         trainer.save()
     except TrainingHalted as halt:  # the main process prints it and exits with its code
         trainer.cleanup()
         sys.exit(halt.exit_code)
-    except KeyboardInterrupt:  # the main process says where the run stopped
+    except KeyboardInterrupt as interrupt:  # the main process (or the launcher) says where the run stopped
         trainer.cleanup()
-        sys.exit(EXIT_INTERRUPTED)
+        sys.exit(exit_code(interrupt))
     trainer.cleanup()
     return math.nan

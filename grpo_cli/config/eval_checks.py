@@ -27,6 +27,8 @@ def validate_eval(cfg: EvalConfig) -> None:
     check_at_least_one({"rollout.num_generations": cfg.rollout.num_generations, "batch_size": cfg.batch_size})
     if cfg.max_prompts < 0:
         fail("max_prompts", cfg.max_prompts, "must be >= 0 (0: every prompt)")
+    if cfg.threads < 0:
+        fail("threads", cfg.threads, "must be >= 0 (0: auto)")
     check_rewards_chosen(cfg.reward)
     if any(k < 1 for k in cfg.eval.k):
         fail("eval.k", list(cfg.eval.k), "every k must be at least 1")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from grpo_cli.config.checks import CHOICES, check_choice, fail
+from grpo_cli.config.group_keys import check_group_keys
 from grpo_cli.config.schema import DataConfig, ModelConfig, RolloutConfig
 from grpo_cli.errors import GrpoError
 
@@ -26,6 +27,8 @@ def validate_generation(model: ModelConfig, data: DataConfig, rollout: RolloutCo
     }
     for key, value in choices.items():
         check_choice(key, value, CHOICES[key])
+    check_group_keys("model", model)  # e.g. model.path under model=tiny: before the path itself is looked at
+    check_group_keys("data", data)
     _check_sampling(rollout)
     _check_fractions(data)
     _check_model(model)
@@ -65,14 +68,19 @@ def _check_model(model: ModelConfig) -> None:
         )
     if model.kind == "hf" and (model.path or not model.package):  # model.path wins over model.package
         if not model.path:
-            raise GrpoError("model=hf needs model.path=DIR (a local Hugging Face model directory or a .gguf file)")
-        if not (Path(model.path).is_dir() or (model.path.lower().endswith(".gguf") and Path(model.path).is_file())):
-            raise GrpoError(f"model.path={model.path}: no such directory (nor a .gguf file)")
+            raise GrpoError(
+                "model=hf needs model.path=DIR (a local Hugging Face model directory, a .gguf file or a hub id)"
+            )
+        from grpo_cli.model_source import check_model_path  # torch and transformers: only when a model is named
+
+        check_model_path(model.path)
 
 
 def _check_data_file(data: DataConfig) -> None:
     if data.kind == "jsonl":
         if not data.path:
             raise GrpoError("data=jsonl needs data.path=FILE")
+        if Path(data.path).is_dir():
+            raise GrpoError(f"data.path={data.path}: a directory; data=jsonl reads one file, a JSON object per line")
         if not Path(data.path).is_file():
             raise GrpoError(f"data.path={data.path}: no such file")

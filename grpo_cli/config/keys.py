@@ -84,8 +84,20 @@ def _dotted_fields(schema: type, prefix: str = "") -> list[str]:
     return keys
 
 
+def _placed_elsewhere(parts: list[str], schema: type) -> list[str]:
+    """The valid keys that end in the whole of `parts`: `seed` is `train.seed` (and `data.seed`) to
+    `grpo train`, where eval and rollout have a top-level `seed`. train.* first: the training loop's
+    section holds what those commands keep at the top (seed, device, threads)."""
+    tail = "." + ".".join(parts)
+    found = [k for k in _dotted_fields(schema) if k.endswith(tail)]
+    return sorted(found, key=lambda k: not k.startswith("train."))  # stable: schema order otherwise
+
+
 def _nearest(parts: list[str], i: int, hint: typing.Any, schema: type) -> str | None:
-    """The valid key nearest to `parts`, which is valid up to `parts[i]`."""
+    """The valid key nearest to `parts`, which is valid up to `parts[i]`: the same name in another
+    section before any near spelling (difflib would offer `sweep` for `seed`)."""
+    if elsewhere := _placed_elsewhere(parts, schema):
+        return " or ".join(elsewhere)
     prefix, rest = parts[:i], parts[i + 1 :]
     hint = _unwrap(hint)
     if dataclasses.is_dataclass(hint):

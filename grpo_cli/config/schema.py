@@ -15,6 +15,7 @@ from typing import Any
 
 # Values of keys that other layers also check (a library caller may skip validate()).
 NORMALIZATIONS = ("none", "zscore", "sigmoid", "group_zscore")  # reward.functions[].normalize
+ON_ROW_ERROR = ("zero", "skip")  # reward.functions[].on_row_error
 LONG_PROMPT_POLICIES = ("truncate_left", "skip", "error")  # data.on_long_prompt
 CURRICULA = ("constant", "three_phase", "phased")  # curriculum.name
 INTERPOLATIONS = ("step", "linear")  # curriculum.interpolate
@@ -50,7 +51,7 @@ class LoraConfig:
 @dataclass
 class ModelConfig:
     kind: str = "tiny"  # tiny | hf
-    path: str | None = None  # hf: a local directory or .gguf file; tiny: where to save it (default: run dir)
+    path: str | None = None  # hf: a local directory, a .gguf file or a hub id; tiny: refused (built in the run dir)
     gguf_file: str | None = None  # a GGUF file inside model.path (a directory) or inside model.package
     package: str | None = None  # an installed Python package that ships the model file (model=smollm2_135m)
     cache_dir: str = "~/.cache/grpo/models"  # where a GGUF file is converted, once, to a Hugging Face directory
@@ -95,6 +96,11 @@ class RewardFunctionConfig:
     device: str | None = None  # reward model device; None: the policy's
     batch_size: int = 16  # reward model batch size
     ema_momentum: float | None = None  # zscore running-stats momentum in [0, 1); None: reward.ema_momentum
+    # A completion this function raised on (`score_each`): zero scores it the function's floor, 0, so an
+    # answer that breaks the scorer cannot top its group on the other functions; skip leaves it NaN, judged
+    # by the other functions only (docs/architecture.md §3 "Reward fusion"). A None returned on purpose is
+    # always skipped.
+    on_row_error: str = "zero"
 
 
 def _arithmetic_rewards() -> list[RewardFunctionConfig]:
@@ -260,7 +266,7 @@ class ResumableRolloutConfig(RolloutConfig):
 
 @dataclass
 class OptimConfig:
-    lr: float = 2e-3  # for the tiny random-init model; real models: 1e-6
+    lr: float = 2e-3  # for the tiny random-init model; real models: 1e-6 to 1e-5 (start-up warns, train_checks)
     weight_decay: float = 0.0
     betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
     max_grad_norm: float = 1.0
@@ -373,11 +379,11 @@ class TrainConfig:
 
 @dataclass
 class ScoreConfig:
-    """`grpo score`: rollouts jsonl in, scored jsonl and score_summary.json out."""
+    """`grpo score`: rollouts jsonl in, scored jsonl and OUTPUT.summary.json out."""
 
     input: str | None = None
     output: str | None = None
-    summary: str | None = None  # None: score_summary.json next to the output
+    summary: str | None = None  # None: OUTPUT.summary.json next to the output; an existing one is refused
     batch_size: int = 64  # prompts (groups) scored per batch: the memory bound
     tokenizer: str | None = None  # a local model/tokenizer dir: counts tokens where a completion has no token_count
     reward: RewardConfig = field(default_factory=RewardConfig)

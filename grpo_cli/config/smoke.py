@@ -5,7 +5,7 @@ Not a check, so apart from them: it rewrites the config before the checks see it
 
 from __future__ import annotations
 
-from grpo_cli.config.schema import TrainConfig
+from grpo_cli.config.schema import ModelConfig, PrecisionConfig, TrainConfig
 
 
 def apply_smoke(cfg: TrainConfig) -> None:
@@ -14,13 +14,16 @@ def apply_smoke(cfg: TrainConfig) -> None:
     Done in code rather than YAML so it wins over whatever a recipe sets, in any merge order.
     """
     d = cfg.debug
-    cfg.model.kind = "tiny"
-    cfg.model.path = None
-    cfg.model.gguf_file = None
-    cfg.model.package = None
-    cfg.model.dtype = "auto"
-    cfg.precision.dtype = "fp32"
-    cfg.precision.autocast = False
+    # The default tiny model and fp32, keeping only the model keys every kind reads: a recipe's hf-only
+    # keys (model.path, trust_remote_code, ...) would otherwise be refused as ignored by model=tiny.
+    model = cfg.model
+    cfg.model = ModelConfig(
+        tiny=model.tiny if model.kind == "tiny" else ModelConfig().tiny,  # a tiny recipe's own size
+        gradient_checkpointing=model.gradient_checkpointing,
+        lm_head_fp32=model.lm_head_fp32,
+        lora=model.lora,
+    )
+    cfg.precision = PrecisionConfig()
     cfg.train.steps = d.steps
     cfg.monitor.plots = False  # two steps draw no curve; the pictures would cost more than the run
     cfg.train.prompts_per_step = d.prompts_per_step

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from grpo_cli.config.checks import CHOICES, check_at_least_one, check_choice, check_rewards_chosen, fail
 from grpo_cli.config.generation_checks import validate_generation
+from grpo_cli.config.group_keys import check_group_keys
 from grpo_cli.config.schema import (
     NORMALIZATIONS,
     TRACKERS,
@@ -34,6 +35,7 @@ def validate(cfg: TrainConfig) -> list[str]:
     for key, allowed in CHOICES.items():
         check_choice(key, functools.reduce(getattr, key.split("."), cfg), allowed)
     _check_precision(cfg.precision)
+    check_group_keys("curriculum", cfg.curriculum)
     _check_guard(cfg.guard)
     _check_counts(cfg)
     _check_distributed(cfg.distributed)
@@ -52,6 +54,7 @@ def validate(cfg: TrainConfig) -> list[str]:
 
 
 def _check_precision(precision: PrecisionConfig) -> None:
+    check_group_keys("precision", precision)
     if precision.dtype == "fp16" and precision.autocast and not precision.grad_scaler:
         raise GrpoError(
             "precision.dtype=fp16 with precision.autocast=true needs precision.grad_scaler=true: without a "
@@ -82,6 +85,12 @@ def _check_counts(cfg: TrainConfig) -> None:
             "distributed.num_processes": cfg.distributed.num_processes,
         }
     )
+    # every N steps, 0 for never: a negative N would be a step count modulo -N, i.e. every step
+    for key in ("save_every", "eval_every"):
+        if getattr(cfg.train, key) < 0:
+            fail(f"train.{key}", getattr(cfg.train, key), "must be >= 0 (every N steps; 0: never)")
+    if cfg.train.threads < 0:
+        fail("train.threads", cfg.train.threads, "must be >= 0 (torch CPU threads; 0: auto)")
 
 
 def _check_distributed(distributed: DistributedConfig) -> None:
@@ -268,6 +277,13 @@ def _warnings(cfg: TrainConfig) -> list[str]:
         warnings.append(
             f"rollout.num_generations={g}: groups under 4 give an unreliable std, over 64 make "
             "rollouts dominate the step"
+        )
+    if cfg.model.kind != "tiny" and cfg.optim.lr == OptimConfig().lr:
+        # The schema's lr suits the random tiny model; the model presets cannot carry their own (eval
+        # and rollout share conf/model/ and have no optim section), so a pretrained model is warned.
+        warnings.append(
+            f"optim.lr={cfg.optim.lr:g} is the tiny random-init model's default; a pretrained model "
+            "(model.kind=hf) usually wants 1e-6 to 1e-5 (the recipes' SmolLM2 runs use 1e-5): set optim.lr"
         )
     clip = cfg.algo.adaptive_clip
     if clip.enabled and not 0.5 <= clip.base / cfg.algo.epsilon_low <= 2:

@@ -2,7 +2,7 @@
 
 ε_t = base · (1 + α·(R_t − R̄)/σ_R), clamped to [min, max]. R_t is this step's batch mean reward;
 R̄ and σ_R are the mean and unbiased std of the previous `window` batch means (R_t not among them).
-The trainer passes the raw reward's mean (training.metrics.raw_rewards): a normalised fused reward
+The trainer passes the raw reward's mean (rewards.FusionResult.raw): a normalised fused reward
 is centred near 0 in every batch, and ε would never move.
 A batch better than the recent trend widens the trust region, a worse one narrows it.
 

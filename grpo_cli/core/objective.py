@@ -5,13 +5,13 @@ it, composed in one place so micro_step, the tests and the docs share one defini
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
 
 from grpo_cli.config.schema import AlgoConfig
 from grpo_cli.core.loss import (
-    LossNormalizer,
     cispo_loss,
     clipped_surrogate,
     dual_clip,
@@ -48,6 +48,7 @@ def token_loss(
     engine_logps: torch.Tensor | None = None,
     entropies: torch.Tensor | None = None,
     collective: Collective | None = None,
+    selection: EntropySelection | None = None,
 ) -> TokenLoss:
     """The per-token loss, in TRL's order: the policy term (the clipped surrogate, dual-clipped with
     clip_ratio_c or its other name delta; or CISPO's or SAPO's by loss_type),
@@ -55,7 +56,8 @@ def token_loss(
     (engine_logps), plus β·KL (times the importance ratio with kl_ratio_correction).
 
     `old_logps` are the sampling policy's log-probs (logps.detach() for a single update);
-    `entropies` are needed when top_entropy_quantile < 1.
+    `entropies` are needed when top_entropy_quantile < 1, and `selection` is the optimizer step's
+    threshold when the step spans several micro-batches (None: these tokens are the whole step).
     """
     collective = collective if collective is not None else SingleProcess()
     variants: dict[str, float] = {}
@@ -76,7 +78,9 @@ def token_loss(
     if algo.top_entropy_quantile < 1:
         if entropies is None:
             raise ValueError("algo.top_entropy_quantile < 1 selects tokens by entropy: pass the entropies")
-        tokens = high_entropy_tokens(entropies.detach(), mask, algo.top_entropy_quantile, collective)
+        if selection is None:
+            selection = select_high_entropy(entropies[mask.bool()], algo.top_entropy_quantile, collective)
+        tokens = high_entropy_mask(entropies.detach(), mask, selection.threshold).to(mask.dtype)
         loss = loss * tokens
         variants["entropy/selected"] = tokens.sum().item()
     if engine_logps is not None and algo.rollout_correction.mode != "none":
@@ -92,23 +96,43 @@ def token_loss(
     return TokenLoss(loss, tokens, low, high, kl, variants)
 
 
-def high_entropy_tokens(
-    entropies: torch.Tensor, mask: torch.Tensor, quantile: float, collective: Collective
-) -> torch.Tensor:
-    """[B, T] float: the loss tokens at or above the (1 - quantile) quantile of the entropies of the
-    micro-batch's loss tokens over every process (TRL's top_entropy_quantile, per forward batch)."""
-    values = collective.gather(entropies[mask.bool()].float())
+@dataclass
+class EntropySelection:
+    """The optimizer step's high-entropy tokens (top_entropy_quantile < 1), decided once over every
+    micro-batch of the step and every process, so that gradient accumulation changes memory and not
+    which tokens train (docs/architecture.md §3)."""
+
+    threshold: float  # the (1 - quantile) quantile of the step's loss-token entropies; inf: no loss token
+    tokens: float  # the loss tokens at or above it, over the step and every process: the bonus's count
+
+
+def select_high_entropy(entropies: torch.Tensor, quantile: float, collective: Collective) -> EntropySelection:
+    """The selection from this process's loss-token entropies of the whole step (1-D), gathered over
+    every process (TRL's top_entropy_quantile, which TRL takes per forward batch)."""
+    values = collective.gather(entropies.detach().float())
     if values.numel() == 0:
-        return torch.zeros_like(mask)
-    threshold = torch.quantile(values, 1 - quantile).item()
-    return high_entropy_mask(entropies, mask, threshold).to(mask.dtype)
+        return EntropySelection(math.inf, 0.0)
+    threshold = quantile_value(values, 1 - quantile)
+    return EntropySelection(threshold, float((values >= threshold).sum()))
 
 
-def entropy_bonus(
-    entropies: torch.Tensor, tokens: torch.Tensor, normalizer: LossNormalizer, collective: Collective
-) -> torch.Tensor:
+def quantile_value(values: torch.Tensor, q: float) -> float:
+    """torch.quantile(values, q) (linear interpolation, bit for bit), which refuses more than 2**24
+    values: a step's tokens over every process can be more.
+
+    >>> quantile_value(torch.tensor([3.0, 1.0, 2.0, 4.0]), 0.5)
+    2.5
+    """
+    ordered = values.flatten().sort().values
+    rank = torch.tensor(q, dtype=ordered.dtype) * (ordered.numel() - 1)  # in the values' dtype, as torch.quantile
+    below = int(rank.floor())
+    above = min(below + 1, ordered.numel() - 1)
+    return torch.lerp(ordered[below], ordered[above], rank - below).item()
+
+
+def entropy_bonus(entropies: torch.Tensor, tokens: torch.Tensor, step_tokens: float) -> torch.Tensor:
     """This micro-batch's share of the mean entropy over `tokens` (the loss tokens, or the selected
-    ones) over every process: the same mean whatever the loss_type (as TRL), averaged over the
-    step's micro-batches; the loss subtracts entropy_coef times it."""
-    count = collective.sum(tokens.sum().detach().double().reshape(1)).item()
-    return (entropies * tokens).sum() / max(count, 1.0) / normalizer.micro_batches
+    ones) of the whole optimizer step and every process, `step_tokens` of them: the same mean
+    whatever the loss_type (as TRL) and whatever the micro-batches; the loss subtracts entropy_coef
+    times it."""
+    return (entropies * tokens).sum() / max(step_tokens, 1.0)

@@ -50,15 +50,39 @@ def pack(
     >>> batch.source_position.tolist()  # 6 and 8 from the prompt's last token, 7 from 6
     [[0, 1], [0, 0]]
     """
-    device = completion_ids.device
-    n, c = completion_ids.shape
-    p = prompt_ids.size(1)
+    rows = _packed_rows(prompt_mask, completion_mask, groups)
+    k, t = rows.slot_prompt.numel(), int(rows.size.max())
+    input_ids = torch.zeros(k, t, dtype=prompt_ids.dtype, device=prompt_ids.device)
+    position_ids = torch.zeros(k, t, dtype=torch.long, device=prompt_ids.device)
+    seg = torch.full((k, t), -2, dtype=torch.long, device=prompt_ids.device)  # -2 padding, -1 prompt, else the row
+    _place_prompts(prompt_ids, rows, input_ids, position_ids, seg)
+    source_position = _place_completions(completion_ids, prompt_mask.sum(-1), rows, input_ids, position_ids, seg)
+    source_row = rows.slot.unsqueeze(1).expand_as(completion_ids)
+    return PackedBatch(input_ids, position_ids, _attention_mask(seg, dtype), source_row, source_position)
+
+
+@dataclass
+class _PackedRows:
+    """Where each group and completion goes: one packed row per group, completions in row order."""
+
+    slot: torch.Tensor  # [n] the packed row of each completion
+    first: torch.Tensor  # [k] a row of each group: its prompt is the group's
+    slot_prompt: torch.Tensor  # [k] each packed row's prompt length
+    completion_len: torch.Tensor  # [n]
+    start: torch.Tensor  # [n] where each completion starts in its packed row
+    size: torch.Tensor  # [k] each packed row's length
+
+
+def _packed_rows(prompt_mask: torch.Tensor, completion_mask: torch.Tensor, groups: torch.Tensor) -> _PackedRows:
+    """Each completion's packed row (one per group id, in sorted order) and where it starts there."""
+    device = completion_mask.device
+    n = completion_mask.size(0)
     prompt_len, completion_len = prompt_mask.sum(-1), completion_mask.sum(-1)
-    _, slot = torch.unique(groups, return_inverse=True)  # the packed row of each completion
+    _, slot = torch.unique(groups, return_inverse=True)
     k = int(slot.max()) + 1
     first = torch.full((k,), n, dtype=torch.long, device=device).scatter_reduce_(
         0, slot, torch.arange(n, device=device), reduce="amin"
-    )  # a row of each group: its prompt is the group's
+    )
     slot_prompt = prompt_len[first]
     # Completions follow their prompt in row order: start = prompt length + the lengths before it in its group.
     order = torch.argsort(slot, stable=True)
@@ -69,38 +93,65 @@ def pack(
     )
     start = torch.empty(n, dtype=torch.long, device=device)
     start[order] = slot_prompt[slot[order]] + before - group_start[slot[order]]
-    sizes = slot_prompt + torch.zeros(k, dtype=torch.long, device=device).index_add_(0, slot, completion_len)
-    t = int(sizes.max())
-    input_ids = torch.zeros(k, t, dtype=prompt_ids.dtype, device=device)
-    position_ids = torch.zeros(k, t, dtype=torch.long, device=device)
-    seg = torch.full((k, t), -2, dtype=torch.long, device=device)  # -2 padding, -1 prompt, else the row
-    # prompts: position j of slot s holds prompt_ids[first[s], p - len + j]
-    j = torch.arange(p, device=device).expand(k, p)
-    in_prompt = j < slot_prompt.unsqueeze(1)
-    src = (p - slot_prompt.unsqueeze(1) + j).clamp(max=p - 1)
-    slots = torch.arange(k, device=device).unsqueeze(1).expand(k, p)
-    input_ids[slots[in_prompt], j[in_prompt]] = prompt_ids[first.unsqueeze(1).expand(k, p), src][in_prompt]
+    size = slot_prompt + torch.zeros(k, dtype=torch.long, device=device).index_add_(0, slot, completion_len)
+    return _PackedRows(slot, first, slot_prompt, completion_len, start, size)
+
+
+def _place_prompts(
+    prompt_ids: torch.Tensor,
+    rows: _PackedRows,
+    input_ids: torch.Tensor,
+    position_ids: torch.Tensor,
+    seg: torch.Tensor,
+) -> None:
+    """Each group's prompt at the start of its packed row: position j of slot s holds
+    prompt_ids[first[s], p - len + j] (the prompts are left-padded)."""
+    k, p = rows.slot_prompt.numel(), prompt_ids.size(1)
+    j = torch.arange(p, device=prompt_ids.device).expand(k, p)
+    in_prompt = j < rows.slot_prompt.unsqueeze(1)
+    src = (p - rows.slot_prompt.unsqueeze(1) + j).clamp(max=p - 1)
+    slots = torch.arange(k, device=prompt_ids.device).unsqueeze(1).expand(k, p)
+    input_ids[slots[in_prompt], j[in_prompt]] = prompt_ids[rows.first.unsqueeze(1).expand(k, p), src][in_prompt]
     position_ids[slots[in_prompt], j[in_prompt]] = j[in_prompt]
     seg[slots[in_prompt], j[in_prompt]] = -1
-    # completions: token j of row r goes to start[r] + j of its slot
+
+
+def _place_completions(
+    completion_ids: torch.Tensor,
+    prompt_len: torch.Tensor,
+    rows: _PackedRows,
+    input_ids: torch.Tensor,
+    position_ids: torch.Tensor,
+    seg: torch.Tensor,
+) -> torch.Tensor:
+    """Token j of row r at start[r] + j of its slot, its position id counting on from its own
+    prompt; returns [n, C] the position whose logits predict each token."""
+    device = completion_ids.device
+    n, c = completion_ids.shape
     j = torch.arange(c, device=device).expand(n, c)
-    real = j < completion_len.unsqueeze(1)
-    rows = torch.arange(n, device=device).unsqueeze(1).expand(n, c)
-    where = (start.unsqueeze(1) + j)[real]
-    input_ids[slot.unsqueeze(1).expand(n, c)[real], where] = completion_ids[real]
-    position_ids[slot.unsqueeze(1).expand(n, c)[real], where] = (prompt_len.unsqueeze(1) + j)[real]
-    seg[slot.unsqueeze(1).expand(n, c)[real], where] = rows[real]
+    real = j < rows.completion_len.unsqueeze(1)
+    row = torch.arange(n, device=device).unsqueeze(1).expand(n, c)
+    where = (rows.start.unsqueeze(1) + j)[real]
+    slot = rows.slot.unsqueeze(1).expand(n, c)[real]
+    input_ids[slot, where] = completion_ids[real]
+    position_ids[slot, where] = (prompt_len.unsqueeze(1) + j)[real]
+    seg[slot, where] = row[real]
     # token j is predicted at position j - 1 of its completion, token 0 at the prompt's last position
-    source_position = torch.where(j == 0, slot_prompt[slot].unsqueeze(1) - 1, start.unsqueeze(1) + j - 1)
-    source_position = torch.where(real, source_position, torch.zeros_like(source_position))
+    source_position = torch.where(j == 0, rows.slot_prompt[rows.slot].unsqueeze(1) - 1, rows.start.unsqueeze(1) + j - 1)
+    return torch.where(real, source_position, torch.zeros_like(source_position))
+
+
+def _attention_mask(seg: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """[K, 1, T, T] additive: a query sees earlier prompt tokens and its own completion's, nothing of
+    its siblings' and no padding."""
+    k, t = seg.shape
     q, kv = seg.unsqueeze(2), seg.unsqueeze(1)
-    causal = torch.ones(t, t, dtype=torch.bool, device=device).tril()
+    causal = torch.ones(t, t, dtype=torch.bool, device=seg.device).tril()
     allowed = causal & (kv != -2) & ((kv == -1) | (kv == q))
-    allowed |= torch.eye(t, dtype=torch.bool, device=device)  # a padding query looks at itself: no row of -inf only
-    mask = torch.zeros(k, 1, t, t, dtype=dtype, device=device).masked_fill_(
+    allowed |= torch.eye(t, dtype=torch.bool, device=seg.device)  # a padding query looks at itself: no row of -inf only
+    return torch.zeros(k, 1, t, t, dtype=dtype, device=seg.device).masked_fill_(
         ~allowed.unsqueeze(1), torch.finfo(dtype).min
     )
-    return PackedBatch(input_ids, position_ids, mask, slot.unsqueeze(1).expand(n, c), source_position)
 
 
 def token_counts(prompt_mask: torch.Tensor, completion_mask: torch.Tensor, groups: torch.Tensor) -> tuple[int, int]:

@@ -19,7 +19,7 @@ import torch
 from grpo_cli.config.schema import AlgoConfig
 from grpo_cli.core.logprobs import RolloutRows, rows_logprobs
 from grpo_cli.core.loss import LossNormalizer, aggregate_loss
-from grpo_cli.core.objective import entropy_bonus, token_loss
+from grpo_cli.core.objective import EntropySelection, entropy_bonus, select_high_entropy, token_loss
 from grpo_cli.core.parallel import Collective, SingleProcess, unwrap
 from grpo_cli.core.update_stats import EntropySum, MicroSums, UpdateStats, UpdateTotals
 
@@ -123,6 +123,27 @@ def logprobs_without_grad(
     return torch.cat(chunks)
 
 
+@torch.no_grad()
+def step_entropy_selection(
+    learner: Learner, batch: UpdateBatch, objective: Objective, micro_batches: tuple[torch.Tensor, ...]
+) -> EntropySelection | None:
+    """The high-entropy tokens of an optimizer step of several micro-batches, from a pass without
+    gradient under the weights the step's gradient passes see (the quantile needs every entropy
+    before the first backward). None when every token trains (top_entropy_quantile = 1) or the step
+    is one micro-batch, whose gradient pass decides alone at no extra cost."""
+    quantile = objective.algo.top_entropy_quantile
+    if quantile >= 1 or len(micro_batches) < 2:
+        return None
+    settings, values = objective.settings, []
+    for micro in micro_batches:
+        with learner.autocast():
+            _, entropies = rows_logprobs(
+                unwrap(learner.model), batch.rollout, micro, settings.temperature, settings.layout, with_entropy=True
+            )
+        values.append(entropies[batch.loss_mask[micro].bool()])
+    return select_high_entropy(torch.cat(values), quantile, learner.collective)
+
+
 def step_normalizer(
     loss_mask: torch.Tensor,
     rows: torch.Tensor,
@@ -158,11 +179,13 @@ def micro_step(
     micro: torch.Tensor,
     normalizer: LossNormalizer,
     micro_tokens: float,
+    selection: EntropySelection | None = None,
 ) -> MicroSums:
     """Forward and backward on one micro-batch: its share of the step's loss, and its sums.
 
     The per-token loss is `core.objective.token_loss`, aggregated by loss_type, minus the entropy
-    bonus (docs/architecture.md §3).
+    bonus (docs/architecture.md §3). `selection`: the step's high-entropy tokens when the step has
+    several micro-batches (`step_entropy_selection`); None: this micro-batch is the step.
     """
     algo, rollout = objective.algo, batch.rollout
     with learner.autocast():
@@ -181,6 +204,8 @@ def micro_step(
         entropy_tokens = completion_mask.sum().item()
     old = objective.old_logps[micro] if objective.old_logps is not None else logps.detach()
     mask = batch.loss_mask[micro]
+    if algo.top_entropy_quantile < 1 and selection is None:  # the step's only micro-batch: its own entropies
+        selection = select_high_entropy(entropies[mask.bool()], algo.top_entropy_quantile, learner.collective)
     terms = token_loss(
         logps,
         old,
@@ -192,10 +217,12 @@ def micro_step(
         engine_logps=rollout.engine_logps[micro] if rollout.engine_logps is not None else None,
         entropies=entropies,
         collective=learner.collective,
+        selection=selection,
     )
     loss = aggregate_loss(terms.loss, mask, normalizer, micro_tokens)
-    if algo.entropy_coef > 0:
-        loss = loss - algo.entropy_coef * entropy_bonus(entropies, terms.tokens, normalizer, learner.collective)
+    if algo.entropy_coef > 0:  # the mean over the step's kept tokens: the selected ones, else the loss tokens
+        step_tokens = selection.tokens if selection is not None else normalizer.tokens
+        loss = loss - algo.entropy_coef * entropy_bonus(entropies, terms.tokens, step_tokens)
     shared = loss * learner.collective.size  # DDP averages the processes' gradients; the loss is their sum
     (learner.scaler.scale(shared) if learner.scaler is not None else shared).backward()
     return MicroSums(
@@ -301,9 +328,10 @@ def policy_update(
             normalizer, micro_tokens = step_normalizer(
                 batch.loss_mask, rows, micro_batches, algo.loss_type, settings.max_new_tokens, learner.collective
             )
+            selection = step_entropy_selection(learner, batch, objective, micro_batches)
             step_loss = 0.0
             for micro, tokens in zip(micro_batches, micro_tokens):
-                sums = micro_step(learner, batch, objective, micro, normalizer, tokens)
+                sums = micro_step(learner, batch, objective, micro, normalizer, tokens, selection)
                 totals.add(sums)
                 step_loss += sums.loss
             applied = totals.steps

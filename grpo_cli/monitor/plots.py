@@ -24,7 +24,19 @@ from grpo_cli.monitor.files import METRICS, read_metrics_rows
 
 SMOOTH_FRACTION = 0.05  # moving-average window as a share of a series' points
 FEW_POINTS = 30  # up to this many points a series is drawn with markers and not smoothed
-LINESTYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 3)), (0, (8, 2)))
+LONG_MARKS = 8  # a longer series: about this many markers on its moving average, to tell lines apart
+# no dotted style among a series' styles: dotted is the weight switches' vertical line
+LINESTYLES = ("-", "--", "-.", (0, (6, 2, 1, 2, 1, 2)), (0, (8, 2)), (0, (3, 1, 1, 1, 1, 1)), (0, (12, 3)))
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+# Lines that may lie on one another (epsilon_low = epsilon_high, equal weights, a sweep's runs that
+# agree) are drawn first-widest: each later one is thinner with smaller markers, inside the one
+# before, which still shows around it. Widths and marker sizes spread over these ranges.
+WIDTHS = (1.2, 3.4)
+MARKER_SIZES = (3.5, 8.5)
+GRID = (4, 3)  # rows, columns of panels
+PANEL_IN = (5.0, 3.3)  # one panel's share of the figure, inches
+TOP_IN, BOTTOM_IN = 0.75, 0.6  # the suptitle above; tick labels and "step" below
+LEGEND_ROW_IN = 0.32  # one row of the overlay's run legend, under the "step" labels
 
 # (title, y label, series): each series is a key pattern (re.fullmatch) and its legend label, which
 # may name the pattern's groups. Within a panel, series keep this order, matched keys sorted.
@@ -32,8 +44,11 @@ PANELS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
     ("reward", "mean reward", (("reward/mean", "fused"), (r"reward/(?P<fn>[^/]+)/mean", "{fn}"))),
     ("eval reward", "mean reward", (("eval/reward/mean", "fused"), (r"eval/reward/(?P<fn>[^/]+)/mean", "{fn}"))),
     ("reward weights", "effective weight", ((r"weight/(?P<fn>[^/]+)", "{fn}"),)),
+    ("policy loss", "loss (mean over optimizer steps)", (("loss", "loss"),)),
+    ("gradient norm", "L2 norm, before clipping", (("grad_norm", "grad norm"),)),
     ("KL to the reference", "KL", (("kl", "kl"),)),
     ("clip epsilons", "epsilon", (("clip/epsilon_low", "low"), ("clip/epsilon_high", "high"))),
+    ("clipped tokens", "share of loss tokens", (("clip_frac/low", "low"), ("clip_frac/high", "high"))),
     ("entropy", "mean token entropy", (("entropy", "entropy"),)),
     ("completion length", "tokens (mean)", (("completion_len/mean", "mean"),)),
     (
@@ -108,38 +123,48 @@ def _panel_keys(series: tuple[tuple[str, str], ...], keys: list[str]) -> dict[st
     return found
 
 
-def _draw_panel(ax: Axes, runs: list[tuple[str, list[dict]]], title: str, series: tuple, palette: dict) -> None:
+def _look(series: int, layer: int, layers: int) -> dict[str, object]:
+    """A line's series style (line style and marker) and, by `layer`, its place in the drawing order
+    among the `layers` lines that may coincide: the first widest, the last thinnest (WIDTHS)."""
+    share = (layers - 1 - layer) / (layers - 1) if layers > 1 else 0.0
+    return {
+        "linestyle": LINESTYLES[series % len(LINESTYLES)],
+        "marker": MARKERS[series % len(MARKERS)],
+        "linewidth": WIDTHS[0] + share * (WIDTHS[1] - WIDTHS[0]),
+        "markersize": MARKER_SIZES[0] + share * (MARKER_SIZES[1] - MARKER_SIZES[0]),
+    }
+
+
+def _draw_panel(ax: Axes, runs: list[tuple[str, list[dict]]], title: str, series: tuple, palette: dict) -> bool:
+    """One panel; False, with a "no data" note in place of an empty frame, when no series has a number."""
     keys = _panel_keys(series, list(dict.fromkeys(k for _, rows in runs for row in rows for k in row)))
     several = len(runs) > 1
-    drawn: dict[str, tuple[str, object]] = {}  # series label -> (colour, line style), for the legend
+    drawn: dict[str, tuple[str, dict]] = {}  # series label -> (colour, look), for the legend
     for r, (_, rows) in enumerate(runs):
         for s, (key, label) in enumerate(keys.items()):
             steps, values = _series(rows, key)
             if not np.isfinite(values).any():
                 continue  # absent, or null throughout (KL with beta=0)
-            # several runs: one colour per run across panels, series told apart by line style;
-            # one run: a colour per series label, the same in every panel (exact_match in reward,
-            # eval and weights alike)
-            if several:
-                color, style = f"C{r % 10}", LINESTYLES[s % len(LINESTYLES)]
-            else:
-                color, style = palette.setdefault(label, f"C{len(palette) % 10}"), "-"
+            # several runs: one colour per run across panels, series told apart by line style and
+            # marker; one run: a colour per series label, the same in every panel (exact_match in
+            # reward, eval and weights alike). Either way each line is drawn inside the ones before.
+            color = f"C{r % 10}" if several else palette.setdefault(label, f"C{len(palette) % 10}")
+            look = _look(s, r * len(keys) + s, len(runs) * len(keys))
             if len(values) <= FEW_POINTS:
-                ax.plot(steps, values, color=color, linestyle=style, marker="o", markersize=3, linewidth=1.2)
+                ax.plot(steps, values, color=color, **look)
             else:
-                ax.plot(steps, values, color=color, linestyle=style, linewidth=0.7, alpha=0.25)
-                ax.plot(steps, smooth(values), color=color, linestyle=style, linewidth=1.5)
-            drawn[label] = (color, style)
+                ax.plot(steps, values, color=color, linestyle=look["linestyle"], linewidth=0.7, alpha=0.25)
+                ax.plot(steps, smooth(values), color=color, markevery=max(1, len(values) // LONG_MARKS), **look)
+            drawn.setdefault(label, ("0.3", _look(s, 0, 1)) if several else (color, look))
     ax.set_title(title)
     if not drawn:
         note = "no data (null in every row)" if keys else "no data"
         ax.text(0.5, 0.5, note, transform=ax.transAxes, ha="center", va="center", color="0.45")
-        return
+        ax.set_frame_on(False)
+        ax.tick_params(left=False, labelleft=False, bottom=False, labelbottom=False)
+        return False
     if len(drawn) > 1:
-        handles = [
-            Line2D([], [], color="0.3" if several else color, linestyle=style, label=label)
-            for label, (color, style) in drawn.items()
-        ]
+        handles = [Line2D([], [], color=color, label=label, **look) for label, (color, look) in drawn.items()]
         # above the data, never on it: raise the top of the y range by the legend's rows
         # as many columns as fit the panel's width (about 7 px a character, 40 px for the line)
         ncols = min(len(handles), 3, max(1, 400 // (40 + 7 * max(map(len, drawn)))))
@@ -147,38 +172,67 @@ def _draw_panel(ax: Axes, runs: list[tuple[str, list[dict]]], title: str, series
         low, high = ax.get_ylim()
         ax.set_ylim(low, high + (high - low) * (0.04 + 0.11 * rows))
         ax.legend(handles=handles, fontsize="small", ncols=ncols, loc="upper center", framealpha=0.8)
+    return True
+
+
+def _label_steps(axes: np.ndarray, full: np.ndarray) -> None:
+    """Step ticks and "step" under the lowest panel with data in each column: an empty panel has no axis."""
+    for column in range(axes.shape[1]):
+        if rows := [r for r in range(axes.shape[0]) if full[r, column]]:
+            ax = axes[rows[-1], column]
+            ax.tick_params(labelbottom=True)
+            ax.set_xlabel("step")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # no step 1.25 on a three-step run
+
+
+def _run_legend_shape(labels: list[str]) -> tuple[int, int]:
+    """(columns, rows) of the overlay's run legend: as many columns as fit the figure's width (about
+    8 px a character, 60 px for the line and the padding), at most 3."""
+    fit = int(GRID[1] * PANEL_IN[0] * 100 * 0.95) // (60 + 8 * max(map(len, labels)))
+    columns = max(1, min(len(labels), 3, fit))
+    return columns, -(-len(labels) // columns)
 
 
 def curves_figure(runs: list[tuple[str, list[dict]]]) -> Figure:
-    """A 3×3 grid against step, one panel per figure a GRPO run is judged by (PANELS); several runs
-    overlay, one colour each, named in a legend under the grid. Up to FEW_POINTS points a series
-    is drawn with markers; longer ones faint raw plus `smooth` on top."""
+    """A grid of panels against step, one per figure a GRPO run is judged by (PANELS); several runs
+    overlay, one colour each, named in a legend under the grid (the figure grows to hold it). Up to
+    FEW_POINTS points a series is drawn with markers; longer ones faint raw plus `smooth` on top."""
+    nrows, ncols = GRID
+    legend_cols, legend_rows = _run_legend_shape([label for label, _ in runs]) if len(runs) > 1 else (0, 0)
+    bottom_in = BOTTOM_IN + LEGEND_ROW_IN * legend_rows + (0.15 if legend_rows else 0.0)
+    height = TOP_IN + nrows * PANEL_IN[1] + bottom_in
     # Fixed margins, not layout="constrained": the solver re-measures every label and took half of
     # the drawing time (0.8 of 1.5 s), paid at the end of every run.
-    fig = Figure(figsize=(15, 11))
-    fig.subplots_adjust(left=0.05, right=0.985, top=0.93, bottom=0.085 if len(runs) > 1 else 0.05)
-    fig.subplots_adjust(wspace=0.2, hspace=0.16)
-    axes = fig.subplots(3, 3, sharex=True).ravel()
+    fig = Figure(figsize=(ncols * PANEL_IN[0], height))
+    fig.subplots_adjust(left=0.05, right=0.985, top=1 - TOP_IN / height, bottom=bottom_in / height)
+    fig.subplots_adjust(wspace=0.2, hspace=0.18)
+    axes = fig.subplots(nrows, ncols, sharex=True)
     palette: dict[str, str] = {}
-    for ax, (title, ylabel, series) in zip(axes, PANELS):
-        _draw_panel(ax, runs, title, series, palette)
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
+    full = np.zeros(axes.shape, dtype=bool)  # which panels have data
+    for i, (ax, (title, ylabel, series)) in enumerate(zip(axes.flat, PANELS)):
+        full.flat[i] = _draw_panel(ax, runs, title, series, palette)
+        if full.flat[i]:
+            ax.set_ylabel(ylabel)
+            ax.grid(alpha=0.3)
+    for ax in axes.flat[len(PANELS) :]:
+        ax.remove()
+    _label_steps(axes, full)
     switched = False
     for r, (_, rows) in enumerate(runs):
         for step in weight_switches(rows):
             switched = True
-            for ax in axes:  # a dotted line at each switch, in the run's colour when runs overlay
+            for ax in axes[full]:  # a dotted line at each switch, in the run's colour when runs overlay
                 ax.axvline(step, color=f"C{r % 10}" if len(runs) > 1 else "0.35", linestyle=":", linewidth=1.2)
-    for ax in axes[-3:]:
-        ax.set_xlabel("step")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # no step 1.25 on a three-step run
     smoothed = any(len(rows) > FEW_POINTS for _, rows in runs)
     how = " (faint: raw per step; solid: moving average)" if smoothed else ""
     how += "; dotted: reward weights switch (curriculum phases)" if switched else ""
     if len(runs) > 1:
-        handles = [Line2D([], [], color=f"C{r % 10}", linewidth=2, label=label) for r, (label, _) in enumerate(runs)]
-        fig.legend(handles=handles, loc="lower center", ncols=min(len(runs), 3))
+        handles = [
+            Line2D([], [], color=f"C{r % 10}", linewidth=_look(0, r, len(runs))["linewidth"], label=label)
+            for r, (label, _) in enumerate(runs)
+        ]
+        # below the "step" labels, in the margin grown for it: never on a panel or a label
+        fig.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 0.05 / height), ncols=legend_cols)
         fig.suptitle(f"{len(runs)} runs{how}")
     else:
         fig.suptitle(f"{runs[0][0] if runs else 'run'}{how}")
@@ -216,6 +270,10 @@ def nan_heatmap_figure(rows: list[dict]) -> Figure:
         extent=(first - 0.5, last + 0.5, len(names) - 0.5, -0.5),
     )
     ax.set_yticks(range(len(names)), names)
+    known = matrix[np.isfinite(matrix)]
+    if not (known > 0).any():  # an all-white (or all-grey) map reads as a blank box: say what it means
+        note = "no failures: every reward function scored every completion" if known.size else "no share recorded"
+        ax.text(0.5, 0.5, note, transform=ax.transAxes, ha="center", va="center", color="0.3")
     ax.set_xlabel("step")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("reward function")
@@ -246,9 +304,10 @@ def draw_run_plots(run_dir: Path) -> list[Path]:
     """curves.png and nan_heatmap.png next to the run's metrics.jsonl, from what it holds now."""
     run_dir = Path(run_dir)
     rows = read_metrics_rows(run_dir)
+    named = run_dir.resolve()  # `grpo plot run` from its parent: Path("run").parent has no name
     return [
         # parent too: a sweep's job is named 0, 1, ..., a run outputs/DATE/TIME
-        save_figure(curves_figure([(f"{run_dir.parent.name}/{run_dir.name}", rows)]), run_dir / "curves.png"),
+        save_figure(curves_figure([(f"{named.parent.name}/{named.name}", rows)]), run_dir / "curves.png"),
         save_figure(nan_heatmap_figure(rows), run_dir / "nan_heatmap.png"),
     ]
 

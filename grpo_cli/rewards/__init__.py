@@ -7,7 +7,7 @@ no core imports here: a library user can score completions with the code the tra
 
 from grpo_cli.rewards.batch import COMPLETION_LENGTHS, RewardBatch
 from grpo_cli.rewards.builtin import BUILTIN_REWARDS
-from grpo_cli.rewards.executor import BatchScores, RewardExecutor
+from grpo_cli.rewards.executor import BatchScores, RewardExecutor, concat_scores
 from grpo_cli.rewards.fusion import FusionResult, NoRewardLeft, RewardFusion, fuse_rewards, score_and_fuse, score_batch
 from grpo_cli.rewards.reward_model import RewardModelScorer
 from grpo_cli.rewards.rows import RowScores, score_each
@@ -32,6 +32,7 @@ __all__ = [
     "RewardSource",
     "RowScores",
     "check_columns",
+    "concat_scores",
     "fuse_rewards",
     "required_columns",
     "resolve_reward_sources",

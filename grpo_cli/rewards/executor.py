@@ -43,11 +43,57 @@ class BatchScores:
     elapsed_s: float = 0.0
     row_errors: dict[int, str] = field(default_factory=dict)  # rows `score_each` caught raising: NaN there only
     missing: dict[str, list[int]] = field(default_factory=dict)  # column -> rows without a value: not judged, NaN
+    # the first value that was neither a number nor None, e.g. "row 0 is str '0.5', not a number": NaN, and
+    # the reason the alerts give for it (a reward returning text is the function's bug, not the completion's)
+    non_numeric: str | None = None
 
     def judged(self) -> list[float]:
         """The values of the rows the function was given (a row missing a column it needs was not)."""
         skipped = {i for rows in self.missing.values() for i in rows}
         return [v for i, v in enumerate(self.values) if i not in skipped]
+
+
+def concat_scores(parts: list[dict[str, BatchScores]], concurrent: bool = False) -> dict[str, BatchScores]:
+    """One batch's raw scores from several parts in order (the kept groups of each dynamic-sampling
+    draw; each data-parallel process's share), every field carried, rows renumbered. The first error
+    of a part stands for the whole: one failed part makes the batch a failed one, for failure
+    isolation counts batches. `concurrent`: the parts ran at once (processes), so the batch took
+    the longest part's time, not their sum.
+
+    >>> a, b = {"f": BatchScores([1.0], row_errors={0: "boom"})}, {"f": BatchScores([2.0, 3.0], missing={"x": [1]})}
+    >>> both = concat_scores([a, b])["f"]
+    >>> both.values, both.row_errors, both.missing
+    ([1.0, 2.0, 3.0], {0: 'boom'}, {'x': [2]})
+    """
+    out = {}
+    for name in parts[0]:
+        values: list[float] = []
+        row_errors: dict[int, str] = {}
+        missing: dict[str, list[int]] = {}
+        for part in parts:
+            s = part[name]
+            row_errors.update({len(values) + row: error for row, error in s.row_errors.items()})
+            for column, rows in s.missing.items():
+                missing.setdefault(column, []).extend(len(values) + row for row in rows)
+            values += s.values
+        error = next((part[name].error for part in parts if part[name].error), None)
+        non_numeric = next((part[name].non_numeric for part in parts if part[name].non_numeric), None)
+        elapsed = max(part[name].elapsed_s for part in parts) if concurrent else sum(p[name].elapsed_s for p in parts)
+        out[name] = BatchScores(values, error, elapsed, row_errors, missing, non_numeric)
+    return out
+
+
+def _numeric(value: Any) -> bool:
+    """None (not judged) or a value float() takes (NaN and inf included, as a number's edge cases)."""
+    if value is None:
+        return True
+    if isinstance(value, (str, bytes)):
+        return False
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _as_float(value: Any) -> float:
@@ -102,7 +148,7 @@ def evaluate_source(
         for i, value in zip(keep, part.values):
             values[i] = value
         row_errors = {keep[j]: error for j, error in part.row_errors.items()}
-        return BatchScores(values, part.error, part.elapsed_s, row_errors, missing)
+        return BatchScores(values, part.error, part.elapsed_s, row_errors, missing, part.non_numeric)
     start = time.perf_counter()
     try:
         # kwargs come last and win: a configured value may stand in for (or override) a column.
@@ -119,7 +165,10 @@ def evaluate_source(
     if length != n:
         return BatchScores([math.nan] * n, f"returned {length} values for {n} completions", elapsed)
     row_errors = dict(raw.row_errors) if isinstance(raw, RowScores) else {}  # `score_each` isolated them
-    return BatchScores([_as_float(v) for v in raw], None, elapsed, row_errors)
+    values = [_as_float(v) for v in raw]
+    odd = next((i for i, v in enumerate(raw) if not _numeric(v)), None)
+    non_numeric = None if odd is None else f"row {odd} is {type(raw[odd]).__name__} {raw[odd]!r:.40}, not a number"
+    return BatchScores(values, None, elapsed, row_errors, non_numeric=non_numeric)
 
 
 def _init_worker(modules: list[str], barrier: Any) -> None:

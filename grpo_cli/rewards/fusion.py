@@ -15,12 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from grpo_cli.config.schema import NORMALIZATIONS, RewardConfig
+from grpo_cli.config.schema import NORMALIZATIONS, ON_ROW_ERROR, RewardConfig
 from grpo_cli.errors import GrpoError
 from grpo_cli.rewards.batch import RewardBatch
 from grpo_cli.rewards.executor import BatchScores, RewardExecutor
 from grpo_cli.rewards.sources import RewardSource
-from grpo_cli.stats import STD_EPS, EmaMoments, finite, nanmean, nanstd, weight_effect
+from grpo_cli.stats import STD_EPS, EmaMoments, finite, group_zscores, weight_effect, weighted_mean
 
 AGGREGATIONS = ("weighted_mean", "normalize_then_sum")
 
@@ -35,7 +35,13 @@ class NoRewardLeft(GrpoError):
 @dataclass
 class FusionResult:
     fused: list[float]  # NaN: unscorable
-    per_function: dict[str, list[float]]  # raw values, NaN where a function gave none
+    # Each completion's raw reward: the weighted mean of its functions' raw values under the configured
+    # weights (masking's fallbacks applied, the curriculum's not), NaN where no function scored it. Progress
+    # in the rewards' own units for the adaptive clip, the guard, the hacking alert and the sweep objective:
+    # the fused reward's mean is near 0 under zscore, and the curriculum's weights would move it at every
+    # phase change with no change in the policy.
+    raw: list[float]
+    per_function: dict[str, list[float]]  # raw values (a raised row's floor under on_row_error=zero), NaN: none
     normalized: dict[str, list[float]]  # what the aggregation combines: r̂, or group z under normalize_then_sum
     nan_indices: dict[str, list[int]]
     errors: dict[str, str | None]  # this batch's error; for a masked function the one that masked it
@@ -61,32 +67,20 @@ def sigmoid(x: float) -> float:
     return e / (1.0 + e)
 
 
-def group_zscores(values: list[float], group_size: int) -> list[float]:
-    """(x − mean_g)/(std_g + 1e-4) over each group's valid values, std unbiased as in the advantage;
-    a group whose valid values are all equal (or just one) gives 0.
-
-    >>> group_zscores([1.0, 2.0, 3.0, 5.0, 5.0, float("nan")], 3)[:2]
-    [-0.9999000099990001, 0.0]
-    >>> group_zscores([1.0, 2.0, 3.0, 5.0, 5.0, float("nan")], 3)[3:]
-    [0.0, 0.0, nan]
-    """
-    out = [math.nan] * len(values)
-    for start in range(0, len(values), group_size):
-        idx = [i for i in range(start, min(start + group_size, len(values))) if not math.isnan(values[i])]
-        group = [values[i] for i in idx]
-        if len(group) < 2 or max(group) == min(group):
-            for i in idx:
-                out[i] = 0.0
-            continue
-        mean, std = nanmean(group), nanstd(group)
-        for i in idx:
-            out[i] = (values[i] - mean) / (std + STD_EPS)
-    return out
-
-
 def _first_error(scores: BatchScores) -> str | None:
-    """The batch's error, else the first error of a completion the function raised on."""
-    return scores.error or next(iter(scores.row_errors.values()), None)
+    """The batch's error, else the first error of a completion the function raised on, else the
+    first value it returned that was not a number."""
+    return scores.error or next(iter(scores.row_errors.values()), None) or scores.non_numeric
+
+
+def _batch_length(scores: dict[str, BatchScores], group_size: int) -> int:
+    lengths = {len(b.values) for b in scores.values()}
+    if len(lengths) != 1:
+        raise ValueError(f"reward scores need one common batch length, got {sorted(lengths)}")
+    n = lengths.pop()
+    if group_size < 1 or n % group_size:
+        raise ValueError(f"batch of {n} is not a whole number of groups of {group_size}")
+    return n
 
 
 class RewardFusion:
@@ -108,6 +102,8 @@ class RewardFusion:
         for s in sources:
             if s.normalize not in NORMALIZATIONS:
                 raise GrpoError(f"reward '{s.name}': normalize '{s.normalize}' is not one of {NORMALIZATIONS}")
+            if s.on_row_error not in ON_ROW_ERROR:
+                raise GrpoError(f"reward '{s.name}': on_row_error '{s.on_row_error}' is not one of {ON_ROW_ERROR}")
             if s.ema_momentum is not None and not 0 <= s.ema_momentum < 1:
                 raise GrpoError(f"reward '{s.name}': ema_momentum {s.ema_momentum} must be in [0, 1)")
         self.sources = list(sources)
@@ -157,7 +153,7 @@ class RewardFusion:
             self._failures[name] = 0
             return None
         self._failures[name] += 1
-        self._last_error[name] = batch.error or "every value was None or non-numeric"
+        self._last_error[name] = batch.error or batch.non_numeric or "every value was None or NaN"
         if self._failures[name] < self.max_consecutive_failures:
             return None
         self.masked.append(name)
@@ -213,86 +209,127 @@ class RewardFusion:
         keep their raw values and `normalize_then_sum` becomes the weighted mean; `zscore` still
         uses the running statistics of training.
         """
-        lengths = {len(b.values) for b in scores.values()}
-        if len(lengths) != 1:
-            raise ValueError(f"reward scores need one common batch length, got {sorted(lengths)}")
-        n = lengths.pop()
-        if group_size < 1 or n % group_size:
-            raise ValueError(f"batch of {n} is not a whole number of groups of {group_size}")
-        missing = BatchScores([math.nan] * n, "not scored")
-        alerts = []
-        batches = {}
-        for s in self.sources:
-            batches[s.name] = scores.get(s.name, missing)
-            if update_state and s.name not in self.masked:
-                alert = self._record(s.name, batches[s.name])
-                if alert:
-                    log.warning(alert)
-                    alerts.append(alert)
-        if update_state and self.sources and len(self.masked) == len(self.sources):
-            last = "; ".join(f"{name}: {self._last_error[name]}" for name in self.masked)
-            raise NoRewardLeft(
-                f"every reward function is masked after failing reward.max_consecutive_failures="
-                f"{self.max_consecutive_failures} batches in a row ({last}): nothing is left to score completions"
-            )
-        for name, scored in batches.items():
-            for column, rows in scored.missing.items():
-                if name not in self.masked:
-                    alerts.append(
-                        f"reward '{name}': {len(rows)} of {n} completions have no '{column}' in their data row "
-                        "(missing or null): NaN for them"
-                    )
-            if scored.row_errors and name not in self.masked:
-                row, error = next(iter(scored.row_errors.items()))
-                alerts.append(
-                    f"reward '{name}' raised on {len(scored.row_errors)} of {n} completions: NaN for them, "
-                    f"the rest of its batch stands (row {row}: {error})"
-                )
+        n = _batch_length(scores, group_size)
+        batches = {s.name: scores.get(s.name, BatchScores([math.nan] * n, "not scored")) for s in self.sources}
+        alerts = self._record_failures(batches) if update_state else []
+        alerts += self._row_alerts(batches, n)
         effective = self.effective_weights(weights)
-
-        sums_group_scores = grouped and self.aggregation == "normalize_then_sum"
-        per_function, normalized = {}, {}
-        for s in self.sources:
-            raw = [math.nan] * n if s.name in self.masked else list(batches[s.name].values)
-            per_function[s.name] = raw
-            r_hat = self._normalize(s, raw, group_size, update_state, grouped) if s.name not in self.masked else raw
-            if sums_group_scores and s.normalize != "group_zscore":
-                r_hat = group_zscores(r_hat, group_size)
-            normalized[s.name] = r_hat
-
-        # contributions[name][j]: function's share of R_j, 0 where it did not score; Σ_i = R_j.
-        fused = []
-        contributions = {s.name: [0.0] * n for s in self.sources}
-        for j in range(n):
-            valid = [(name, w, normalized[name][j]) for name, w in effective.items() if w > 0]
-            valid = [(name, w, v) for name, w, v in valid if not math.isnan(v)]
-            if not valid:
-                fused.append(math.nan)
-                continue
-            total_w = sum(w for _, w, _ in valid)
-            scale = 1.0 if sums_group_scores else total_w
-            for name, w, v in valid:
-                contributions[name][j] = w * v / scale
-            fused.append(sum(w * v for _, w, v in valid) / scale)
-
-        unscorable = [j for j, r in enumerate(fused) if math.isnan(r)]
+        per_function = {s.name: self._raw_values(s, batches[s.name]) for s in self.sources}
+        summed = grouped and self.aggregation == "normalize_then_sum"
+        normalized = {
+            s.name: self._fusion_input(s, per_function[s.name], group_size, update_state, grouped, summed)
+            for s in self.sources
+        }
+        fused, contributions = self._combine(normalized, effective, summed, n)
         errors = {
             s.name: self._last_error[s.name] if s.name in self.masked else _first_error(batches[s.name])
             for s in self.sources
         }
         return FusionResult(
             fused=fused,
+            raw=self.raw_rewards(per_function, effective),
             per_function=per_function,
             normalized=normalized,
             nan_indices={name: [j for j, v in enumerate(vals) if math.isnan(v)] for name, vals in per_function.items()},
             errors=errors,
-            unscorable_indices=unscorable,
+            unscorable_indices=[j for j, r in enumerate(fused) if math.isnan(r)],
             masked=list(self.masked),
             alerts=alerts,
             effective_weights=effective,
             weight_effect=weight_effect(fused, contributions, effective),
             contributions=contributions,
         )
+
+    def _record_failures(self, batches: dict[str, BatchScores]) -> list[str]:
+        """Count each active function's failed batch; the masking alerts. Refuses to go on once
+        every function is masked (NoRewardLeft)."""
+        alerts = []
+        for name, batch in batches.items():
+            if name not in self.masked and (alert := self._record(name, batch)):
+                log.warning(alert)
+                alerts.append(alert)
+        if self.sources and len(self.masked) == len(self.sources):
+            last = "; ".join(f"{name}: {self._last_error[name]}" for name in self.masked)
+            raise NoRewardLeft(
+                f"every reward function is masked after failing reward.max_consecutive_failures="
+                f"{self.max_consecutive_failures} batches in a row ({last}): nothing is left to score completions"
+            )
+        return alerts
+
+    def _row_alerts(self, batches: dict[str, BatchScores], n: int) -> list[str]:
+        """Rows an active function did not judge (a missing column) or raised on (`score_each`)."""
+        alerts = []
+        for name, scored in batches.items():
+            if name in self.masked:
+                continue
+            for column, rows in scored.missing.items():
+                alerts.append(
+                    f"reward '{name}': {len(rows)} of {n} completions have no '{column}' in their data row "
+                    "(missing or null): NaN for them"
+                )
+            if scored.row_errors:
+                row, error = next(iter(scored.row_errors.items()))
+                outcome = (
+                    "scored 0 for them (on_row_error=zero)"
+                    if self._by_name[name].on_row_error == "zero"
+                    else "NaN for them, judged by the other functions (on_row_error=skip)"
+                )
+                alerts.append(
+                    f"reward '{name}' raised on {len(scored.row_errors)} of {n} completions: {outcome}; "
+                    f"the rest of its batch stands (row {row}: {error})"
+                )
+        return alerts
+
+    def _raw_values(self, source: RewardSource, batch: BatchScores) -> list[float]:
+        """The function's raw values for the fusion: NaN throughout once masked; a row it raised on
+        scores its floor, 0, under `on_row_error=zero` (the default). The completion decides whether
+        a scorer raises, so a NaN there would judge it on the other functions alone, and an answer
+        that breaks the strict scorer could tie the right one; a None the function returns on
+        purpose stays NaN (not judged)."""
+        if source.name in self.masked:
+            return [math.nan] * len(batch.values)
+        values = list(batch.values)
+        if source.on_row_error == "zero":
+            for row in batch.row_errors:
+                values[row] = 0.0
+        return values
+
+    def _fusion_input(
+        self, source: RewardSource, raw: list[float], group_size: int, update: bool, grouped: bool, summed: bool
+    ) -> list[float]:
+        """What the aggregation combines: r̂, then the group z-score of r̂ under normalize_then_sum."""
+        if source.name in self.masked:
+            return raw
+        r_hat = self._normalize(source, raw, group_size, update, grouped)
+        return group_zscores(r_hat, group_size) if summed and source.normalize != "group_zscore" else r_hat
+
+    def _combine(
+        self, normalized: dict[str, list[float]], effective: dict[str, float], summed: bool, n: int
+    ) -> tuple[list[float], dict[str, list[float]]]:
+        """R_j = Σ_valid w_i r̂_i / Σ_valid w_i (weighted_mean) or Σ_valid w_i z_i (normalize_then_sum),
+        and each function's term x_i of it (Σ_i x_i = R_j; 0 where it did not score)."""
+        fused, contributions = [], {name: [0.0] * n for name in normalized}
+        for j in range(n):
+            row = {name: values[j] for name, values in normalized.items()}
+            valid = {name: v for name, v in row.items() if effective[name] > 0 and not math.isnan(v)}
+            scale = 1.0 if summed or not valid else sum(effective[name] for name in valid)
+            for name, v in valid.items():
+                contributions[name][j] = effective[name] * v / scale
+            if summed:
+                fused.append(sum(effective[name] * v for name, v in valid.items()) if valid else math.nan)
+            else:  # the one weighted mean the raw reward is computed by too
+                fused.append(weighted_mean(row, effective))
+        return fused, contributions
+
+    def raw_rewards(self, per_function: dict[str, list[float]], effective: dict[str, float]) -> list[float]:
+        """FusionResult.raw: per completion, stats.weighted_mean of the raw values under the configured
+        weights with masked functions' weight on their fallbacks; the step's (curriculum's) weights only
+        where every configured weight is 0 (a curriculum that brings every function in itself)."""
+        fixed = self.effective_weights(None)
+        if not any(w > 0 for w in fixed.values()):
+            fixed = effective
+        n = len(next(iter(per_function.values()), []))
+        return [weighted_mean({name: values[j] for name, values in per_function.items()}, fixed) for j in range(n)]
 
     # ---- checkpoints -------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

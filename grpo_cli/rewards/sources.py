@@ -17,7 +17,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from grpo_cli.config.schema import NORMALIZATIONS, RewardFunctionConfig, SandboxConfig
+from grpo_cli.config.schema import NORMALIZATIONS, ON_ROW_ERROR, RewardFunctionConfig, SandboxConfig
 from grpo_cli.errors import GrpoError
 from grpo_cli.rewards.batch import COMPLETION_LENGTHS
 from grpo_cli.rewards.builtin import BUILTIN_REWARDS
@@ -36,6 +36,7 @@ class RewardSource:
     timeout_s: float | None = None  # None: the executor's default; <= 0: no limit
     parallel: bool = False  # may run in a worker process: picklable by reference, no state kept across calls
     ema_momentum: float | None = None  # zscore running-stats momentum; None: the fusion's (reward.ema_momentum)
+    on_row_error: str = "zero"  # zero | skip: a row the function raised on (RewardFunctionConfig.on_row_error)
 
 
 def _import_module(name: str) -> ModuleType:
@@ -162,6 +163,10 @@ def _validate(specs: list[RewardFunctionConfig]) -> None:
             )
         if spec.ema_momentum is not None and not 0 <= spec.ema_momentum < 1:
             raise GrpoError(f"reward '{spec.name}': ema_momentum {spec.ema_momentum} must be in [0, 1)")
+        if spec.on_row_error not in ON_ROW_ERROR:
+            raise GrpoError(
+                f"reward '{spec.name}': on_row_error '{spec.on_row_error}' is not one of {', '.join(ON_ROW_ERROR)}"
+            )
         if not spec.model_path and not spec.target:
             raise GrpoError(f"reward '{spec.name}': set target (a function) or model_path (a reward model)")
 
@@ -206,6 +211,7 @@ def resolve_reward_sources(
                 timeout_s=None if spec.timeout_s is None else float(spec.timeout_s),
                 parallel=parallel,
                 ema_momentum=None if spec.ema_momentum is None else float(spec.ema_momentum),
+                on_row_error=spec.on_row_error,
             )
         )
     return sources

@@ -55,6 +55,14 @@ class Generator(Protocol):
         """The optimizer moved the policy's weights: a generator holding its own copy refreshes it."""
         ...
 
+    def set_step_seed(self, seed: int) -> None:
+        """A training step begins, with its sampling seed (`World.sampling_seed`, a function of
+        (train.seed, step, rank)): a generator with a random stream of its own (vLLM's engine, which
+        no checkpoint saves) seeds each of the step's requests from it, so a resumed run and every
+        process draw what they should. The hf loops draw from torch's stream, which the trainer
+        saves (`RngState`) and, data-parallel, reseeds each step itself."""
+        ...
+
 
 def completion_mask_from_eos(completion_ids: torch.Tensor, eos_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """(mask, truncated): the mask keeps tokens up to and including the first EOS.

@@ -99,11 +99,13 @@ class FastGenerator:
         self.eos_ids = eos_token_ids(model, tokenizer)
         self.warpers = warpers(cfg)
         self.pad_id = tokenizer.pad_token_id
-        self.temperature = cfg.temperature
         self.cache_argument = cache_argument(model)
 
     def weights_updated(self) -> None:
         """Nothing to refresh: this loop samples from the policy module itself."""
+
+    def set_step_seed(self, seed: int) -> None:
+        """Nothing to seed: this loop draws from torch's stream, which the trainer carries (Generator)."""
 
     @torch.no_grad()
     def generate(
@@ -147,11 +149,10 @@ class FastGenerator:
         prompt_mask: torch.Tensor,
         num_generations: int,
         greedy: bool = False,
-        with_logprobs: bool = False,
-    ) -> Any:
+    ) -> torch.Tensor:
         """Completion ids [B·G, C], rows group by group, padded after each row's EOS; C is the
-        longest completion (at most max_new_tokens). `with_logprobs`: also each sampled token's
-        log-prob under softmax(logits / temperature), as the training pass scores it (0 after EOS)."""
+        longest completion (at most max_new_tokens). No log-probs: the policy samples itself, so the
+        trainer's own pass scores the tokens (only a separate engine, vLLM, returns its own)."""
         g = num_generations
         positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
         out = self.model(
@@ -166,7 +167,6 @@ class FastGenerator:
         next_position = positions[:, -1:].repeat_interleave(g, dim=0) + 1
         rows = logits.size(0)
         tokens = torch.full((rows, self.max_new_tokens), self.pad_id, dtype=prompt_ids.dtype, device=prompt_ids.device)
-        logprobs = torch.zeros(tokens.shape, dtype=torch.float32, device=tokens.device) if with_logprobs else None
         running = torch.arange(rows, device=prompt_ids.device)  # which rows of `tokens` are still in the batch
         eos = torch.tensor(self.eos_ids, device=prompt_ids.device)
         steps = 0
@@ -176,9 +176,6 @@ class FastGenerator:
                 scores = logits.index_fill(1, eos, -math.inf)
             token = self._next_token(scores, greedy, step, running, g)
             tokens[running, step] = token
-            if logprobs is not None:
-                scored = (logits / self.temperature).log_softmax(-1)
-                logprobs[running, step] = scored.gather(1, token.unsqueeze(1)).squeeze(1)
             steps = step + 1
             going = ~torch.isin(token, eos)
             if step + 1 == self.max_new_tokens or not going.any():
@@ -197,6 +194,4 @@ class FastGenerator:
             )
             logits = out.logits[:, -1].float()
             next_position = next_position + 1
-        if logprobs is not None:
-            return tokens[:, :steps], logprobs[:, :steps]
         return tokens[:, :steps]

@@ -49,6 +49,9 @@ class HFGenerator:
     def weights_updated(self) -> None:
         """Nothing to refresh: this loop samples from the policy module itself."""
 
+    def set_step_seed(self, seed: int) -> None:
+        """Nothing to seed: this loop draws from torch's stream, which the trainer carries (Generator)."""
+
     @torch.no_grad()
     def generate(
         self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, num_generations: int, greedy: bool = False

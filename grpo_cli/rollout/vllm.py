@@ -5,7 +5,8 @@ sampling from the policy itself; the price is a second copy of the weights, kept
 `PolicyWeightSync` (pushed before a generation whenever the optimizer moved them). The engine is
 asked for token ids only: the Rollout (EOS mask, truncation flags, texts) is built by
 `finish_rollout` from those ids exactly as for the hf backend, and the policy computes the
-log-probs the loss uses, so vLLM's numerics never reach the gradient.
+log-probs the loss uses, so vLLM's numerics never reach the gradient. In training each request is
+seeded from the step (`request_seeds`): the engine's own stream is neither per process nor saved.
 
 vLLM is imported only where the engine is built (`build_engine`, `vllm_sampling_params`); what
 depends on its version is confined to `load_weights_into`. Written against vLLM 0.8 - 0.11
@@ -14,6 +15,7 @@ depends on its version is confined to `load_weights_into`. Written against vLLM 
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import math
 import os
@@ -70,11 +72,26 @@ def sampling_params_kwargs(
         "min_tokens": cfg.min_new_tokens,  # stop ids banned before this many tokens, as min_new_tokens
         "stop_token_ids": list(eos_ids),  # every EOS of ours, the generation_config's included
         "ignore_eos": False,
-        "seed": seed,  # None: the engine's own random stream (seeded when it is built)
+        "seed": seed,  # per request (request_seeds); None: the engine's own stream (seeded when it is built)
         "logprobs": None if greedy else 0,  # 0: the sampled token's own, for algo.rollout_correction
         "detokenize": False,  # finish_rollout decodes the ids itself, so texts match the hf backend's
         "skip_special_tokens": True,  # (only read when detokenizing)
     }
+
+
+def request_seeds(step_seed: int, call: int, prompts: int) -> list[int]:
+    """One seed per prompt of a generation call: a function of the step's sampling seed (itself of
+    train.seed, the step and the rank), the call's index within the step (dynamic sampling generates
+    several rounds) and the prompt's row, so a resumed run and each process draw what they should
+    without the engine's stream being saved. Hashed, not consecutive: vLLM seeds a request's n
+    completions seed, seed + 1, ..., seed + n - 1 (V1's ParentRequest), and consecutive prompt seeds
+    would make two prompts' completions share uniforms. Below 2**62, so seed + n stays a valid seed.
+
+    >>> request_seeds(5, 0, 3) == request_seeds(5, 0, 3) != request_seeds(5, 1, 3)
+    True
+    """
+    digests = (hashlib.blake2b(f"{step_seed}/{call}/{row}".encode(), digest_size=8).digest() for row in range(prompts))
+    return [int.from_bytes(digest, "big") >> 2 for digest in digests]
 
 
 def vllm_sampling_params(**kwargs: Any) -> Any:
@@ -227,7 +244,6 @@ class VLLMGenerator:
         cfg: RolloutConfig,
         *,
         max_prompt_tokens: int | None = None,
-        seed: int | None = None,
         engine: Any = None,
         sampling_params: Callable[..., Any] | None = None,
         push: Push | None = None,
@@ -236,7 +252,10 @@ class VLLMGenerator:
         self.cfg = cfg
         self.eos_ids = eos_token_ids(model, tokenizer)
         self.pad_id = tokenizer.pad_token_id
-        self.seed = seed
+        # set_step_seed: the training step's sampling seed and how many sampled calls it has made;
+        # None (grpo rollout, grpo eval) leaves the requests to the engine's own stream
+        self.step_seed: int | None = None
+        self.calls = 0
         self.engine = engine if engine is not None else build_engine(model, cfg, max_prompt_tokens)
         self.sampling_params = sampling_params or vllm_sampling_params
         self.sync = PolicyWeightSync(model, push or partial(load_weights_into, self.engine))
@@ -244,14 +263,29 @@ class VLLMGenerator:
     def weights_updated(self) -> None:
         self.sync.weights_updated()
 
+    def set_step_seed(self, seed: int) -> None:
+        """Each request of the step is seeded from `seed` (`request_seeds`); a step replayed after a
+        Ctrl-C rollback starts its count again, and so draws what it drew."""
+        self.step_seed, self.calls = seed, 0
+
+    def _seeds(self, prompts: int, greedy: bool) -> list[int | None]:
+        """This call's seed per prompt: None where nothing is drawn (greedy) or no step is set."""
+        if greedy or self.step_seed is None:
+            return [None] * prompts
+        self.calls += 1
+        return list(request_seeds(self.step_seed, self.calls - 1, prompts))
+
     @torch.no_grad()
     def generate(
         self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, num_generations: int, greedy: bool = False
     ) -> Rollout:
         self.sync.sync()
         prompts = [{"prompt_token_ids": ids[mask.bool()].tolist()} for ids, mask in zip(prompt_ids, prompt_mask)]
-        kwargs = sampling_params_kwargs(self.cfg, num_generations, self.eos_ids, greedy, self.seed)
-        outputs = self.engine.generate(prompts, sampling_params=self.sampling_params(**kwargs), use_tqdm=False)
+        params = [
+            self.sampling_params(**sampling_params_kwargs(self.cfg, num_generations, self.eos_ids, greedy, seed))
+            for seed in self._seeds(len(prompts), greedy)
+        ]  # one per prompt, as LLM.generate takes them: each request its own seed
+        outputs = self.engine.generate(prompts, sampling_params=params, use_tqdm=False)
         rows = completion_rows(outputs, num_generations, self.eos_ids)
         rollout = finish_rollout(
             prompt_ids.repeat_interleave(num_generations, dim=0),

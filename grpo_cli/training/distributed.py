@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import torch
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.rewards import BatchScores
+from grpo_cli.rewards import BatchScores, concat_scores
 from grpo_cli.rollout.base import Rollout, concat_rollouts
 
 T = TypeVar("T")
@@ -101,17 +101,12 @@ class World:
         return out
 
     def gather_scores(self, scores: dict[str, BatchScores]) -> dict[str, BatchScores]:
-        """The global batch's raw scores, per function: values in process order, the first
-        error any process saw (failure isolation must count the same failures everywhere)."""
+        """The global batch's raw scores, per function, as one process scoring the whole batch would
+        have them: values, rows raised on and rows missing a column in process order, the first error
+        any process saw (failure isolation must count the same failures everywhere)."""
         if self.size == 1:
             return scores
-        shares = self.gather_objects({name: (b.values, b.error, b.elapsed_s) for name, b in scores.items()})
-        combined = {}
-        for name in scores:
-            values = [v for share in shares for v in share[name][0]]
-            error = next((share[name][1] for share in shares if share[name][1]), None)
-            combined[name] = BatchScores(values, error, max(share[name][2] for share in shares))
-        return combined
+        return concat_scores(self.gather_objects(scores), concurrent=True)
 
     def gather_rollout(self, rollout: Rollout, pad_token_id: int) -> Rollout:
         """The global batch's rollout, for metrics and the completion log of the main process."""

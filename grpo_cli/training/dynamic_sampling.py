@@ -40,10 +40,19 @@ import torch
 from grpo_cli.config.schema import AlgoConfig, TrainConfig
 from grpo_cli.core.advantages import zero_spread_groups
 from grpo_cli.data import PromptSampler
-from grpo_cli.rewards import BatchScores, FusionResult, RewardBatch, RewardExecutor, RewardFusion, score_batch
+from grpo_cli.rewards import (
+    BatchScores,
+    FusionResult,
+    RewardBatch,
+    RewardExecutor,
+    RewardFusion,
+    concat_scores,
+    score_batch,
+)
 from grpo_cli.rollout import Generator, Rollout
 from grpo_cli.rollout.base import concat_rollouts
 from grpo_cli.rollout.prompts import PromptEncoder
+from grpo_cli.stats import nanmean
 from grpo_cli.training.distributed import World
 from grpo_cli.training.pipeline import generate_groups
 
@@ -57,6 +66,9 @@ class ScoredBatch:
     rollout: Rollout  # this process's share of the groups (world.share(examples)), on the device
     fusion: FusionResult  # the global batch, fused; the fusion's running state has seen it
     timings: dict[str, float]  # seconds: generate, score
+    # every group generated this step (several draws under dynamic sampling, read-only fusion): the
+    # policy's reward figures, which the controllers read; None: the trained batch is all of them
+    generated: FusionResult | None = None
     trains: bool = True  # False: no group carries a signal and the update is skipped
     metrics: dict[str, float] = field(default_factory=dict)  # sampling/*
     alerts: list[str] = field(default_factory=list)
@@ -114,27 +126,10 @@ def select_scores(scores: dict[str, BatchScores], rows: list[int]) -> dict[str, 
             s.elapsed_s,
             {where[row]: error for row, error in s.row_errors.items() if row in where},
             {column: [where[row] for row in missing if row in where] for column, missing in s.missing.items()},
+            s.non_numeric,
         )
         for name, s in scores.items()
     }
-
-
-def concat_scores(parts: list[dict[str, BatchScores]]) -> dict[str, BatchScores]:
-    """One batch's raw scores of several (the kept groups of each draw, in order): the first error
-    of a part stands for the whole, as one failed draw makes the step's batch a failed one."""
-    out = {}
-    for name in parts[0]:
-        values, row_errors, missing, offset = [], {}, {}, 0
-        for part in parts:
-            s = part[name]
-            values += s.values
-            row_errors.update({offset + row: error for row, error in s.row_errors.items()})
-            for column, rows in s.missing.items():
-                missing.setdefault(column, []).extend(offset + row for row in rows)
-            offset += len(s.values)
-        error = next((part[name].error for part in parts if part[name].error), None)
-        out[name] = BatchScores(values, error, sum(part[name].elapsed_s for part in parts), row_errors, missing)
-    return out
 
 
 def rows_of(groups: list[int], group_size: int) -> list[int]:
@@ -211,6 +206,8 @@ class DynamicSampler:
         rollout = concat_rollouts([self.rows(d.rollout, groups) for d, groups in by_draw], self.pad_token_id)
         scores = concat_scores([select_scores(d.scores, rows_of(groups, self.group_size)) for d, groups in by_draw])
         fusion = self.fusion.fuse(scores, self.group_size, weights)
+        # the policy's figures: every draw, fused read-only (the kept groups alone pull a binary reward to 0.5)
+        generated = self.fusion.fuse(concat_scores([d.scores for d in draws]), self.group_size, weights, False)
         timings["score"] += time.perf_counter() - t0
         share = len(examples) // self.world.size
         mine = self.rows(rollout, list(range(self.world.rank * share, (self.world.rank + 1) * share)))
@@ -219,8 +216,9 @@ class DynamicSampler:
             on_device(mine, self.encoder.device),
             fusion,
             timings,
+            generated,
             trains=kept > 0,
-            metrics=sampling_metrics(draws, kept),
+            metrics={**sampling_metrics(draws, kept), "sampling/kept_reward_mean": nanmean(fusion.raw)},
             alerts=self.alerts(len(draws), len(signal), kept),
         )
 

@@ -1,7 +1,7 @@
 """Stability guards (docs/architecture.md §3, seed 001): notice a run going unstable and warn, pause or stop.
 
 Two signals, both read after a step's update:
-- the batch raw reward's (training.metrics.raw_rewards: a normalised fused reward's mean is near 0
+- the batch raw reward's (rewards.FusionResult.raw: a normalised fused reward's mean is near 0
   by construction) coefficient of variation, std / |mean|, above `guard.reward_cv_threshold` for
   `guard.patience` batches in a row. Where |mean| < `guard.min_abs_mean` the CV is undefined (a
   sparse reward early in a run sits near 0): such a batch neither extends nor resets the streak.

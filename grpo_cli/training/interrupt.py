@@ -1,43 +1,130 @@
-"""Ctrl-C while the weights move is held until the step's observers have run.
+"""Ctrl-C and SIGTERM stop a run on a finished step, saved; a resume continues from it.
 
-Between the first optimizer step of a step and the end of its observers, the live state is
-neither the step before nor the step after: a checkpoint there would disagree with metrics.jsonl.
-So a first Ctrl-C there is deferred to the end of the window (seconds); a second one is obeyed at
-once, and then the previous checkpoint is the one to resume from.
+Clusters preempt with SIGTERM (SLURM sends it, then SIGKILL once its grace period ends), so SIGTERM
+is handled as Ctrl-C is, and `Interrupted` carries which one it was (the exit code: 130 or 143).
+
+One process: a signal before the first optimizer step of a step rolls the step back, and the last
+finished step is saved. Between that optimizer step and the end of the step's observers the live
+state is neither the step before nor the step after (a checkpoint there would disagree with
+metrics.jsonl), so a signal there is deferred to the end of the window (seconds). A second Ctrl-C
+there is obeyed at once, and then the previous checkpoint is the one to resume from; a second
+SIGTERM is not: a cluster sends one to every process of the job and torchrun forwards another, and
+the cluster's SIGKILL is the one that insists.
+
+Data-parallel: the processes are at different points of a step when a signal lands, and one of
+them may get it alone, so each defers it for the whole loop and all of them agree at the end of
+every step (`agreed`, one small collective) to save that step together and stop.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
+from collections.abc import Iterator
 from types import FrameType, TracebackType
+
+import torch
+
+from grpo_cli.training.distributed import World
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop asked for by a signal: every `except KeyboardInterrupt` treats a SIGTERM as a Ctrl-C."""
+
+    def __init__(self, signum: int = signal.SIGINT) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signal.Signals(signum)
+
+
+def exit_code(interrupt: KeyboardInterrupt) -> int:
+    """The shell's code for the signal: 130 for Ctrl-C (a plain KeyboardInterrupt too), 143 for SIGTERM."""
+    return 128 + (interrupt.signum if isinstance(interrupt, Interrupted) else signal.SIGINT)
+
+
+def stopped_by(interrupt: KeyboardInterrupt) -> str:
+    """How the run ended, for its last lines: `interrupted` (Ctrl-C) or `stopped by SIGTERM`."""
+    signum = interrupt.signum if isinstance(interrupt, Interrupted) else signal.SIGINT
+    return "interrupted" if signum == signal.SIGINT else f"stopped by {signum.name}"
+
+
+def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """In the block, SIGTERM raises `Interrupted` where Ctrl-C raises KeyboardInterrupt (a
+    command's whole run, start-up included); a no-op outside the main thread, where no handler lives."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class DeferredInterrupt:
-    """Context manager; `arm()` starts deferring (the trainer calls it just before the first
-    optimizer step), and leaving the block raises the deferred KeyboardInterrupt, if any."""
+    """The trainer's signals. `loop(data_parallel)` wraps the whole loop and a `with` block each step.
+    One process: `arm()` starts deferring (the trainer calls it just before the first optimizer
+    step) and leaving the block raises the deferred `Interrupted`, if any. Data-parallel: deferred
+    from the loop's start; `agreed(world)` at each step's end says whether any process got one."""
 
     def __init__(self) -> None:
-        self.pending = False
+        self.pending: signal.Signals | None = None  # the first signal deferred, if any
         self.engaged = False  # arm() was called in this block: the weights have started to move
-        self._previous: object = None
-        self._armed = False
-        self._inside = False  # only a `with` block restores the handler: outside one, arm() is a no-op
+        self._previous: dict[int, object] = {}  # the handlers arm() replaced, restored when the block ends
+        self._data_parallel = False
+        self._inside = False  # only a `with` block restores the handlers: outside one, arm() is a no-op
+
+    @contextlib.contextmanager
+    def loop(self, data_parallel: bool) -> Iterator[None]:
+        """SIGTERM raises `Interrupted` like Ctrl-C for the loop; data-parallel, both are deferred."""
+        self.pending, self._data_parallel = None, data_parallel
+        if threading.current_thread() is not threading.main_thread():
+            yield  # signal handlers live in the main thread; elsewhere the signals are not ours anyway
+            return
+        handler = self._handle if data_parallel else _raise_interrupted
+        signals = STOP_SIGNALS if data_parallel else (signal.SIGTERM,)  # Ctrl-C raises KeyboardInterrupt already
+        previous = {signum: signal.signal(signum, handler) for signum in signals}
+        try:
+            yield
+        finally:
+            for signum, old in previous.items():
+                signal.signal(signum, old)  # type: ignore[arg-type]
+            self._data_parallel = False
 
     def arm(self) -> None:
         self.engaged = True
-        if not self._inside or self._armed or threading.current_thread() is not threading.main_thread():
-            return  # signal handlers live in the main thread; elsewhere Ctrl-C is not ours anyway
-        self._previous = signal.signal(signal.SIGINT, self._handle)
-        self._armed = True
+        if self._data_parallel or not self._inside or self._previous:
+            return  # deferring already, or no block to end the deferral
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {signum: signal.signal(signum, self._handle) for signum in STOP_SIGNALS}
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.pending:  # the second Ctrl-C: the user means it
-            raise KeyboardInterrupt
-        self.pending = True
+        if self.pending is not None and signum == signal.SIGINT:  # a second Ctrl-C: the user means it
+            raise Interrupted(signum)
+        if self.pending is None:
+            self.pending = signal.Signals(signum)
+
+    def agreed(self, world: World) -> signal.Signals | None:
+        """Data-parallel, at the end of a step in every process: the signal any of them deferred
+        (SIGTERM if one did: the job is being preempted, whatever else was pressed), else None."""
+        if not self._data_parallel:
+            return None
+        got = torch.tensor([float(self.pending == s) for s in STOP_SIGNALS], dtype=torch.float64)
+        counts = world.sum(got).tolist()
+        for signum, count in reversed(list(zip(STOP_SIGNALS, counts))):
+            if count > 0:
+                return signum
+        return None
 
     def __enter__(self) -> DeferredInterrupt:
-        self.pending = self.engaged = False
+        self.engaged = False
         self._inside = True
         return self
 
@@ -45,8 +132,10 @@ class DeferredInterrupt:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._inside = False
-        if self._armed:
-            signal.signal(signal.SIGINT, self._previous)  # type: ignore[arg-type]
-            self._armed = False
-        if self.pending and exc_type is None:
-            raise KeyboardInterrupt
+        for signum, old in self._previous.items():
+            signal.signal(signum, old)  # type: ignore[arg-type]
+        self._previous = {}
+        if self.pending is not None and not self._data_parallel:
+            signum, self.pending = self.pending, None
+            if exc_type is None:
+                raise Interrupted(signum)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from grpo_cli.core.advantages import AdvantageStats
@@ -13,28 +12,10 @@ from grpo_cli.rollout import Rollout
 from grpo_cli.stats import nan_fraction, nanmean, nanstd
 
 
-def raw_rewards(fusion: FusionResult) -> list[float]:
-    """Each completion's raw reward: the weighted mean of its functions' raw values under the
-    effective weights (Σ_valid w_i r_i / Σ_valid w_i; NaN where no function scored it).
-
-    The fused reward is for the advantages: under `zscore` or `normalize_then_sum` its batch mean is
-    near 0 by construction and its spread is the normaliser's, so it says nothing about progress.
-    The adaptive clip, the stability guard and the sweep objective read this one instead.
-    """
-    weights = {name: w for name, w in fusion.effective_weights.items() if w > 0}
-    out = []
-    for j in range(len(fusion.fused)):
-        valid = [(w, fusion.per_function[name][j]) for name, w in weights.items()]
-        valid = [(w, v) for w, v in valid if not math.isnan(v)]
-        total = sum(w for w, _ in valid)
-        out.append(sum(w * v for w, v in valid) / total if valid else math.nan)
-    return out
-
-
 def step_metrics(
     step: int,
     fusion: FusionResult,
-    raw: list[float],
+    generated: FusionResult,
     adv_stats: AdvantageStats,
     update: UpdateStats,
     rollout: Rollout,
@@ -43,18 +24,24 @@ def step_metrics(
     diagnostics: dict[str, Any],
     peak_memory_mib: float,
 ) -> dict[str, Any]:
+    """`fusion`: the batch trained on; `generated`: every completion the step generated (the same
+    batch, but under dynamic sampling, which drops groups without a signal). The reward figures are
+    the generated batch's, i.e. the policy's: the kept groups of a binary reward sit near 0.5 whatever
+    the policy's accuracy (sampling/kept_reward_mean has theirs)."""
     lengths = rollout.lengths.float()
     seqs = rollout.token_lists()
     return {
         "step": step,
-        "reward/mean": nanmean(fusion.fused),
-        "reward/std": nanstd(fusion.fused),
-        # the raw reward (raw_rewards): what the adaptive clip, the guard and the sweep objective read
-        "reward/raw_mean": nanmean(raw),
-        "reward/raw_std": nanstd(raw),
-        **{f"reward/{name}/mean": nanmean(values) for name, values in fusion.per_function.items()},
-        **{f"reward/{name}/nan_frac": nan_fraction(values) for name, values in fusion.per_function.items()},
-        # which completions each function could not score (row = prompt·G + k), for tracing a failure
+        "reward/mean": nanmean(generated.fused),
+        "reward/std": nanstd(generated.fused),
+        # the raw reward (FusionResult.raw): what the adaptive clip, the guard, the hacking alert and the
+        # sweep objective read
+        "reward/raw_mean": nanmean(generated.raw),
+        "reward/raw_std": nanstd(generated.raw),
+        **{f"reward/{name}/mean": nanmean(values) for name, values in generated.per_function.items()},
+        **{f"reward/{name}/nan_frac": nan_fraction(values) for name, values in generated.per_function.items()},
+        # which completions of the trained batch (the completion log's rows: row = prompt·G + k) each
+        # function could not score, for tracing a failure
         **{f"reward/{name}/nan_indices": indices for name, indices in fusion.nan_indices.items()},
         **{f"weight/{name}": weight for name, weight in fusion.effective_weights.items()},
         **{f"weight_effect/{name}": share for name, share in fusion.weight_effect.items()},

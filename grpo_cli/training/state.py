@@ -26,7 +26,9 @@ def seed_everything(seed: int) -> None:
 
 
 class RngState:
-    """torch (CPU and CUDA) and Python RNGs: a resumed run samples what the straight run sampled."""
+    """torch (CPU and CUDA) and Python RNGs: a resumed run samples what the straight run sampled.
+    vLLM's engine stream is not here (it cannot be saved): the trainer seeds each step's requests
+    instead (`Generator.set_step_seed`, `rollout.vllm.request_seeds`)."""
 
     def state_dict(self) -> dict[str, Any]:
         return {

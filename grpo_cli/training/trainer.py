@@ -44,9 +44,9 @@ from grpo_cli.training.curriculum import RewardCurriculum
 from grpo_cli.training.distributed import World, check_divisible
 from grpo_cli.training.dynamic_sampling import DynamicSampler, ScoredBatch, fit_mini_batches
 from grpo_cli.training.guards import GuardVerdict, StabilityGuard, TrainingHalted
-from grpo_cli.training.interrupt import DeferredInterrupt
+from grpo_cli.training.interrupt import DeferredInterrupt, Interrupted
 from grpo_cli.training.learner import build_learner
-from grpo_cli.training.metrics import raw_rewards, step_metrics, step_samples
+from grpo_cli.training.metrics import step_metrics, step_samples
 from grpo_cli.training.pipeline import evaluate_greedy, fit_to_model, generate_groups, score_rollout
 from grpo_cli.training.state import RngState, TrainState, seed_everything
 
@@ -137,6 +137,7 @@ class GRPOTrainer:
         t0 = time.perf_counter()
         if world.size > 1:
             torch.manual_seed(world.sampling_seed(cfg.train.seed, self.step_index))
+        self.generator.set_step_seed(world.sampling_seed(cfg.train.seed, self.step_index))  # vLLM: per request
         if self.refill is not None:  # algo.dynamic_sampling: rounds until the groups carry a signal
             return self.train_on(self.refill.fill(self.curriculum.weights(self.step_index)), t0)
         batch = self.sampler.next_batch(cfg.train.prompts_per_step)  # the global batch: the same in every process
@@ -162,7 +163,10 @@ class GRPOTrainer:
         phase = self.curriculum.announcement(self.step_index, first=not self.phase_announced)
         self.phase_announced = True
         rewards = torch.tensor(fusion.fused, dtype=torch.float32)
-        raw = raw_rewards(fusion)  # progress in the rewards' own units, for the clip, the guard and the metrics
+        # the policy's progress in the rewards' own units (every generated group, fixed weights): what the
+        # clip, the guard, the hacking alert and the sweep objective read
+        generated = scored.generated or fusion
+        raw = generated.raw
         advantages, adv_stats = group_advantages(rewards, g, cfg.algo.scale_rewards)
 
         scores = world.rows(rewards).to(self.device)  # NaN: unscorable, out of the loss
@@ -190,8 +194,8 @@ class GRPOTrainer:
         self.step_index += 1
         timings = {**scored.timings, "train": t_train - t_score, "step": t_train - started}
         rollout = world.gather_rollout(rollout, self.tokenizer.pad_token_id)  # the global batch's, for the figures
-        figures = fusion, raw, adv_stats, update, rollout, lr, timings, self.diagnostics, peak_memory_mib(self.device)
-        metrics = step_metrics(self.step_index, *figures)
+        figures = adv_stats, update, rollout, lr, timings, self.diagnostics, peak_memory_mib(self.device)
+        metrics = step_metrics(self.step_index, fusion, generated, *figures)
         metrics.update({"clip/epsilon_low": epsilons[0], "clip/epsilon_high": epsilons[1], **scored.metrics})
         metrics.update(self.guard.metrics(raw))
         samples = step_samples(batch, rollout, fusion, advantages.tolist(), 2 * g)
@@ -212,44 +216,55 @@ class GRPOTrainer:
     def train(self) -> list[dict[str, Any]]:
         """A step is finished when its observers have run (and its checkpoint, if due, is written).
 
-        Ctrl-C before the weights move rolls the step back and saves the last finished step; once
-        they move, it is deferred to the end of the step, which is then saved. A second Ctrl-C
-        inside that window stops at once, and the previous checkpoint is the one to resume from.
+        Ctrl-C or SIGTERM (`training/interrupt.py`) before the weights move rolls the step back and
+        saves the last finished step; once they move, it is deferred to the end of the step, which is
+        then saved. A second Ctrl-C inside that window stops at once, and the previous checkpoint is
+        the one to resume from. Data-parallel, every signal waits for the end of the step, where the
+        processes agree to save it and stop together.
         """
-        cfg = self.cfg
-        while self.step_index < cfg.train.steps:
-            finished = True  # between steps the live state is the last finished step
-            try:
-                start = self.state.state_dict()
-                self.interrupts.engaged = finished = False
-                with self.interrupts:
-                    result = self.step()
-                    evaluating = cfg.train.eval_every and self.step_index % cfg.train.eval_every == 0
-                    if evaluating and self.eval_examples and self.world.is_main:  # the main process reports it
-                        result.metrics.update(self.evaluate())
-                    self.history.append(result.metrics)
-                    for observer in self.observers:
-                        observer.on_step(result)
-                    if cfg.train.save_every and self.step_index % cfg.train.save_every == 0:
-                        self.save()
-                    finished = True
-                if self.halt is not None:  # a guard's pause or stop: the finished step is the checkpoint
-                    raise TrainingHalted(self.halt, self.step_index, str(self.save()))
-            except NoRewardLeft as err:  # scoring, before the weights move: the last finished step is saved
-                self.state.load_state_dict(start)
-                raise NoRewardLeft(
-                    f"{err}; step {self.step_index} is saved in {self.save()}: fix them, then resume"
-                ) from None
-            except KeyboardInterrupt:
-                if self.world.size > 1:  # the processes stop at different points: the last checkpoint resumes
-                    raise
-                if not finished and not self.interrupts.engaged:  # the weights never moved: undo the step
-                    self.state.load_state_dict(start)
-                    self.learner.optimizer.zero_grad(set_to_none=True)
-                if finished or not self.interrupts.engaged:
-                    self.save()
-                raise
+        with self.interrupts.loop(data_parallel=self.world.size > 1):
+            while self.step_index < self.cfg.train.steps:
+                self._train_step()
         return self.history
+
+    def _train_step(self) -> None:
+        """One step of `train()`, finished or rolled back."""
+        cfg = self.cfg
+        finished = True  # between steps the live state is the last finished step
+        try:
+            start = self.state.state_dict()
+            self.interrupts.engaged = finished = False
+            with self.interrupts:
+                result = self.step()
+                evaluating = cfg.train.eval_every and self.step_index % cfg.train.eval_every == 0
+                if evaluating and self.eval_examples and self.world.is_main:  # the main process reports it
+                    result.metrics.update(self.evaluate())
+                self.history.append(result.metrics)
+                for observer in self.observers:
+                    observer.on_step(result)
+                if cfg.train.save_every and self.step_index % cfg.train.save_every == 0:
+                    self.save()
+                finished = True
+            stop = self.interrupts.agreed(self.world)  # data-parallel: every process, at the same point
+            if stop is not None:
+                self.save()
+                raise Interrupted(stop)
+            if self.halt is not None:  # a guard's pause or stop: the finished step is the checkpoint
+                raise TrainingHalted(self.halt, self.step_index, str(self.save()))
+        except NoRewardLeft as err:  # scoring, before the weights move: the last finished step is saved
+            self.state.load_state_dict(start)
+            raise NoRewardLeft(
+                f"{err}; step {self.step_index} is saved in {self.save()}: fix them, then resume"
+            ) from None
+        except KeyboardInterrupt:
+            if self.world.size > 1:  # saved above when agreed; else (a second Ctrl-C) the last checkpoint
+                raise
+            if not finished and not self.interrupts.engaged:  # the weights never moved: undo the step
+                self.state.load_state_dict(start)
+                self.learner.optimizer.zero_grad(set_to_none=True)
+            if finished or not self.interrupts.engaged:
+                self.save()
+            raise
 
     def save(self) -> Path:
         policy = Policy(self.model, self.tokenizer, self.model_dir)

@@ -145,6 +145,29 @@ def test_gradient_accumulation_changes_memory_not_the_update(base_model, rollout
     assert a.loss == pytest.approx(b.loss, abs=1e-6) and a.kl == pytest.approx(b.kl, abs=1e-6)
 
 
+@pytest.mark.parametrize(
+    "terms",
+    [{"top_entropy_quantile": 0.5}, {"entropy_coef": 0.05}, {"top_entropy_quantile": 0.5, "entropy_coef": 0.05}],
+    ids=["top_entropy", "entropy_bonus", "both"],
+)
+@pytest.mark.parametrize(("grad_accum", "num_iterations"), [(2, 1), (5, 1), (2, 2)])
+def test_gradient_accumulation_leaves_the_entropy_terms_alone(
+    base_model, rollout, terms, grad_accum, num_iterations
+) -> None:
+    """The high-entropy tokens are the top share of the optimizer step's loss tokens and the bonus is
+    the step's mean entropy over the tokens it keeps, however many micro-batches carry them (taken
+    per micro-batch, q = 0.5 moved the weights differently at every grad_accum_steps)."""
+    algo = AlgoConfig(loss_type="dapo", num_iterations=num_iterations, **terms)
+    adv = advantages_for(rollout, seed=5)
+    whole, split = copy.deepcopy(base_model), copy.deepcopy(base_model)
+    a, _, _ = run_update(whole, rollout, adv, algo=algo)
+    b, _, _ = run_update(split, rollout, adv, algo=algo, grad_accum=grad_accum)
+    assert (flat(whole) - flat(base_model)).abs().max() > 1e-2  # the update moved the weights
+    torch.testing.assert_close(flat(split), flat(whole), rtol=0, atol=1e-6 if num_iterations == 1 else 1e-5)
+    assert b.loss == pytest.approx(a.loss, abs=1e-6)
+    assert b.variants == pytest.approx(a.variants, abs=1e-6)  # entropy/selected: the same share kept
+
+
 @pytest.mark.parametrize("num_iterations", [1, 2])
 def test_logged_entropy_is_the_sampling_policys_mean_token_entropy(base_model, rollout, num_iterations) -> None:
     """With one update the loss pass measures it; with several, the behaviour pass before any move.

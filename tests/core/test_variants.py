@@ -172,6 +172,45 @@ def test_the_entropy_bonus_raises_the_policys_entropy_and_is_the_loss_alone(base
     assert after.entropy > stats.entropy
 
 
+def test_the_rollout_correction_weighs_by_the_behaviour_policy_after_the_policy_moved(base_model, rollout) -> None:
+    """Two passes over the rollout, engine log-probs log 2 below the behaviour policy's: each token's
+    weight is pi_old/pi_engine = 2 in both passes, although the second pass's policy has moved (its
+    pi/pi_engine is no longer 2: the importance ratio carries that part)."""
+    with torch.no_grad():
+        rows = torch.arange(rollout.completion_ids.size(0))
+        behaviour, _ = rows_logprobs(base_model, rollout, rows, 1.0, "padded", with_entropy=False)
+    engine_rollout = dataclasses.replace(rollout, engine_logps=behaviour - math.log(2.0))
+    algo = AlgoConfig(num_iterations=2, rollout_correction=RolloutCorrectionConfig(mode="token_truncate", cap=3.0))
+    model = copy.deepcopy(base_model)
+    stats, _, _ = run_update(model, engine_rollout, advantages_for(rollout, seed=2), algo=algo)
+    assert stats.optimizer_steps == 2 and stats.clip_frac_low + stats.clip_frac_high > 0  # the second pass moved
+    assert stats.metrics()["rollout_correction/weight"] == pytest.approx(2.0, rel=1e-5)
+    assert stats.metrics()["rollout_correction/capped"] == 0.0
+
+
+@pytest.mark.parametrize("grad_accum", [1, 3])
+def test_the_entropy_bonus_is_the_steps_mean_entropy_over_its_loss_tokens(base_model, rollout, grad_accum) -> None:
+    """Zero advantages, beta 0, SGD at lr 1: the loss is -coef·(mean token entropy over the step's
+    loss tokens), so the weights move by coef times that mean's gradient, computed here from the
+    logits; rows out of the loss mask count in neither the sum nor the count, and the micro-batches
+    (of unequal token counts) share one mean."""
+    mask = rollout.completion_mask.float()
+    mask[[0, 5, 6, 13, 22]] = 0  # three micro-batches of 8 rows keep 6, 6 and 7 rows
+    coef, reference = 0.5, copy.deepcopy(base_model)
+    ids = torch.cat([rollout.prompt_ids, rollout.completion_ids], 1)
+    attention = torch.cat([rollout.prompt_mask, rollout.completion_mask], 1)
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    logits = reference(input_ids=ids, attention_mask=attention, position_ids=positions).logits
+    entropy = torch.distributions.Categorical(logits=logits[:, -rollout.completion_ids.size(1) - 1 : -1].float())
+    ((entropy.entropy() * mask).sum() / mask.sum()).backward()
+    with torch.no_grad():
+        expected = flat(base_model) + coef * torch.cat([p.grad.reshape(-1) for p in reference.parameters()])
+    model = copy.deepcopy(base_model)
+    run_update(model, rollout, torch.zeros(mask.size(0)), mask, AlgoConfig(entropy_coef=coef), grad_accum)
+    assert (expected - flat(base_model)).abs().max() > 1e-3  # the bonus moves the weights: the check means something
+    torch.testing.assert_close(flat(model), expected, rtol=0, atol=1e-6)
+
+
 def test_variant_figures_are_reported_only_while_their_term_is_on(base_model, rollout) -> None:
     adv = advantages_for(rollout, seed=3)
     plain, _, _ = run_update(copy.deepcopy(base_model), rollout, adv)

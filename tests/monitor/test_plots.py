@@ -11,6 +11,7 @@ import pytest
 from matplotlib.image import imread
 
 from grpo_cli.commands.plot import main as plot_main
+from grpo_cli.core.update_stats import UpdateStats
 from grpo_cli.errors import GrpoError
 from grpo_cli.monitor.files import read_metrics_rows
 from grpo_cli.monitor.plots import curves_figure, find_runs, nan_heatmap_figure, weight_switches
@@ -116,8 +117,11 @@ def test_null_and_missing_keys_skip_points_never_crash() -> None:
     by_title = panels(curves_figure([("run", ROWS)]))
     assert [text for ax in by_title.values() for text in texts(ax)] == [
         "no data",  # eval reward: no eval/ keys
+        "no data",  # policy loss
+        "no data",  # gradient norm
         "no data (null in every row)",  # KL with beta=0
         "no data",  # clip epsilons
+        "no data",  # clipped tokens
         "no data",  # completion length
         "no data",  # diversity
         "no data",  # repetition
@@ -130,8 +134,8 @@ def test_null_and_missing_keys_skip_points_never_crash() -> None:
 
 
 def test_curriculum_phase_changes_are_drawn_in_every_panel() -> None:
-    """three_phase over 10 steps switches at steps 3 and 7: a dotted line there in each panel, and
-    none for a run whose weights never change (ROWS)."""
+    """three_phase over 10 steps switches at steps 3 and 7: a dotted line there in each panel that
+    has data (none in an empty one), and none for a run whose weights never change (ROWS)."""
     weights = [(0.7, 0.2)] * 2 + [(0.3, 0.6)] * 4 + [(0.1, 0.3)] * 4
     rows = [
         {"step": i + 1, "reward/mean": 0.1 * i, "weight/code_compiles": c, "weight/code_tests": t}
@@ -141,7 +145,7 @@ def test_curriculum_phase_changes_are_drawn_in_every_panel() -> None:
     fig = curves_figure([("three_phase", rows)])
     for ax in fig.axes:
         vertical = [line.get_xdata()[0] for line in ax.get_lines() if line.get_linestyle() == ":"]
-        assert vertical == [3, 7]
+        assert vertical == ([3, 7] if ax.get_title() in ("reward", "reward weights") else []), ax.get_title()
     assert "curriculum phases" in fig._suptitle.get_text()
     assert not any(line.get_linestyle() == ":" for ax in curves_figure([("run", ROWS)]).axes for line in ax.get_lines())
 
@@ -161,6 +165,94 @@ def test_a_long_run_is_drawn_faint_and_smoothed() -> None:
     assert raw.get_alpha() < 0.5 and smoothed.get_alpha() is None
     # a centred window of 5 points (5% of 100): away from the ends, 2 or 3 ones out of 5
     assert set(np.round(smoothed.get_ydata()[2:-2], 2)) == {0.4, 0.6}
+
+
+def update_rows(steps: int = 3) -> list[dict]:
+    """Steps as the trainer logs its update: UpdateStats.metrics() is what policy_update reports."""
+    return [
+        {
+            "step": s,
+            **UpdateStats(
+                loss=0.01 * s,
+                kl=None,
+                clip_frac_low=0.0,
+                clip_frac_high=0.02,
+                grad_norm=0.5 + s,
+                optimizer_steps=1,
+                skipped_updates=0,
+                entropy=1.0,
+            ).metrics(),
+        }
+        for s in range(1, steps + 1)
+    ]
+
+
+def test_the_loss_and_the_gradient_norm_have_panels_of_their_own() -> None:
+    by_title = panels(curves_figure([("run", update_rows())]))
+    assert list(by_title["policy loss"].lines[0].get_ydata()) == pytest.approx([0.01, 0.02, 0.03])
+    assert list(by_title["gradient norm"].lines[0].get_ydata()) == [1.5, 2.5, 3.5]
+    assert [t.get_text() for t in by_title["clipped tokens"].get_legend().get_texts()] == ["low", "high"]
+
+
+def test_series_that_coincide_both_stay_visible() -> None:
+    """epsilon_low = epsilon_high and two weights of 1.0: the line drawn second lies on the first, so
+    it must be thinner, with smaller markers of another shape, and the first show around it."""
+    rows = [
+        {"step": s, "clip/epsilon_low": 0.2, "clip/epsilon_high": 0.2, "weight/a": 1.0, "weight/b": 1.0}
+        for s in range(1, 4)
+    ]
+    by_title = panels(curves_figure([("run", rows)]))
+    for title in ("clip epsilons", "reward weights"):
+        under, over = by_title[title].lines
+        assert under.get_linestyle() != over.get_linestyle() and under.get_marker() != over.get_marker()
+        assert under.get_linewidth() > over.get_linewidth() and under.get_markersize() > over.get_markersize()
+        legend = by_title[title].get_legend().get_lines()  # the legend shows each line as drawn
+        assert [(h.get_linestyle(), h.get_marker()) for h in legend] == [
+            (line.get_linestyle(), line.get_marker()) for line in (under, over)
+        ]
+
+
+def test_in_an_overlay_the_first_run_shows_around_the_second_where_they_agree() -> None:
+    """Two runs of the same values: run 1's lines lie on run 0's, and within a run equal series
+    may lie on one another too; every line is drawn inside all the lines drawn before it."""
+    lines = panels(curves_figure([("lr=1", ROWS), ("lr=2", ROWS)]))["reward"].lines
+    widths, sizes = [line.get_linewidth() for line in lines], [line.get_markersize() for line in lines]
+    assert (
+        len(lines) == 6
+        and all(a > b for a, b in zip(widths, widths[1:]))
+        and all(a > b for a, b in zip(sizes, sizes[1:]))
+    )
+
+
+def test_a_panel_without_data_says_so_and_draws_no_empty_box() -> None:
+    by_title = panels(curves_figure([("run", ROWS)]))
+    empty, full = by_title["eval reward"], by_title["reward"]
+    assert texts(empty) == ["no data"]
+    assert not empty.get_frame_on() and empty.get_ylabel() == ""
+    assert not any(label.get_visible() for label in empty.get_yticklabels())
+    assert not any(line.get_visible() for line in empty.get_ygridlines())
+    assert full.get_frame_on() and full.get_ylabel() == "mean reward"
+    assert any(line.get_visible() for line in full.get_ygridlines())
+
+
+def test_a_heatmap_without_a_failure_says_so() -> None:
+    rows = [{"step": s, "reward/a/nan_frac": 0.0, "reward/b/nan_frac": 0.0} for s in (1, 2)]
+    assert any("no failures" in text for text in texts(nan_heatmap_figure(rows).axes[0]))
+    assert texts(nan_heatmap_figure(ROWS).axes[0]) == []  # failures: the map speaks for itself
+
+
+def test_the_overlay_legend_covers_no_panel_and_no_label() -> None:
+    labels = [f"optim.lr={lr} algo.beta=0.04 rollout.temperature=0.9" for lr in (1e-4, 2e-4, 5e-4, 1e-3, 2e-3)]
+    fig = curves_figure([(label, ROWS) for label in labels])
+    fig.draw_without_rendering()
+    legend = fig.legends[0].get_window_extent()
+    assert legend.x0 >= 0 and legend.y0 >= 0 and legend.x1 <= fig.bbox.x1 and legend.y1 <= fig.bbox.y1
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == labels
+    for ax in fig.axes:
+        assert not legend.overlaps(ax.get_window_extent()), ax.get_title()
+        for text in [ax.xaxis.label, ax.yaxis.label, *ax.get_xticklabels(), *ax.get_yticklabels()]:
+            if text.get_visible() and text.get_text():
+                assert not legend.overlaps(text.get_window_extent()), (ax.get_title(), text.get_text())
 
 
 # ---- finding and naming runs ----------------------------------------------------------------------
@@ -201,7 +293,7 @@ def test_plot_one_run_redraws_its_pictures_in_place(tmp_path: Path, capsys: pyte
     run = write_run(tmp_path / "run", tail='{"step": 4')  # still running
     plot_main([str(run)])
     assert capsys.readouterr().out.split() == [str(run / "curves.png"), str(run / "nan_heatmap.png")]
-    assert imread(run / "curves.png").shape == (1100, 1500, 4)
+    assert imread(run / "curves.png").shape == (1455, 1500, 4)  # 4 x 3 panels of 5 x 3.3 in, margins 1.35 in
     assert imread(run / "nan_heatmap.png").shape[:2] == (300, 1200)  # 2.2 in + 0.4 in per function
     assert sorted(p.name for p in run.iterdir()) == ["curves.png", "metrics.jsonl", "nan_heatmap.png"]  # no temp
 
@@ -213,7 +305,7 @@ def test_grpo_plot_overlays_runs(tmp_path: Path) -> None:
     result = run_grpo("plot", str(one), str(two), "-o", str(out), timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [str(out)]
-    assert imread(out).shape == (1100, 1500, 4)
+    assert imread(out).shape == (1502, 1500, 4)  # grown by a row of run legend: 0.32 in + 0.15 in
     assert not (one / "curves.png").exists()  # an overlay leaves the runs alone
 
 

@@ -6,9 +6,11 @@ import json
 import math
 
 import pytest
+import torch
 
 from grpo_cli.config.schema import RewardConfig, RewardFunctionConfig, SandboxConfig, TrainConfig
 from grpo_cli.config.train_checks import validate
+from grpo_cli.core.advantages import group_advantages
 from grpo_cli.errors import GrpoError
 from grpo_cli.rewards import (
     BatchScores,
@@ -19,8 +21,10 @@ from grpo_cli.rewards import (
     check_columns,
     resolve_reward_sources,
     score_and_fuse,
+    score_each,
 )
 from grpo_cli.rewards.builtin import exact_match
+from grpo_cli.training.metrics import nan_rate_alerts
 
 NAN = math.nan
 
@@ -126,21 +130,30 @@ def test_raising_function_scores_nan_for_its_batch_only():
     assert result.fused == [1.0, 0.0]
 
 
-def test_a_completion_that_breaks_a_function_costs_that_completion_not_the_batch():
+@pytest.mark.parametrize(
+    "on_row_error, scored, outcome",
+    [
+        ("zero", 0.0, "scored 0 for them (on_row_error=zero)"),
+        ("skip", NAN, "NaN for them, judged by the other functions (on_row_error=skip)"),
+    ],
+)
+def test_a_completion_that_breaks_a_function_costs_that_completion_not_the_batch(on_row_error, scored, outcome):
     """Issue 21 item 3: one completion's exception made the whole batch NaN (128 scores for one
     pycodestyle crash). A function that scores each completion with `score_each` loses that one:
-    NaN there, an alert with the count and the error, and not a failed batch, so three such
-    batches do not mask it."""
-    sources = resolve_reward_sources([spec("picky", "tests.rewards.pool_functions:picky")], sandbox=SandboxConfig())
+    its floor (0) or NaN there, an alert with the count and the error, and not a failed batch, so
+    three such batches do not mask it."""
+    picky = spec("picky", "tests.rewards.pool_functions:picky", on_row_error=on_row_error)
+    sources = resolve_reward_sources([picky], sandbox=SandboxConfig())
     fusion = RewardFusion(sources, max_consecutive_failures=3)
     completions = ["a", "boom", "ccc", "dd"]
     batch = RewardBatch.from_groups([{"prompt": "p"}], completions, [1] * 4, 4)
     with RewardExecutor(num_workers=0, default_timeout_s=0) as executor:
         results = [score_and_fuse(executor, fusion, batch) for _ in range(3)]
     values = results[-1].per_function["picky"]
-    assert values[0] == 1.0 and math.isnan(values[1]) and values[2:] == [3.0, 2.0]
+    assert values[0] == 1.0 and values[2:] == [3.0, 2.0]
+    assert values[1] == scored or (math.isnan(scored) and math.isnan(values[1]))
     assert results[-1].alerts == [
-        "reward 'picky' raised on 1 of 4 completions: NaN for them, the rest of its batch stands "
+        f"reward 'picky' raised on 1 of 4 completions: {outcome}; the rest of its batch stands "
         "(row 1: ValueError: cannot read 'boom')"
     ]
     assert results[-1].errors == {"picky": "ValueError: cannot read 'boom'"}
@@ -324,3 +337,95 @@ def test_ema_momentum_outside_0_1_is_refused_naming_the_key():
     bad_function = TrainConfig(reward=RewardConfig(functions=[spec("a", "exact_match", ema_momentum=-0.1)]))
     with pytest.raises(GrpoError, match=r"invalid value reward.functions\[0\].ema_momentum=-0.1: must be in"):
         validate(bad_function)
+
+
+def correct(prompts, completions, answer, **_):
+    """1 when the number after "so " is the answer; raises on one it cannot parse (a strict scorer)."""
+    return score_each(lambda c, a: float(int(c.split("so ")[1]) == int(a)), completions, answer)
+
+
+def formatted(prompts, completions, **_):
+    """Every completion has the "so N" shape here: 1.0 for all."""
+    return [1.0] * len(completions)
+
+
+def fuse_so_answers(on_row_error):
+    functions = [
+        spec("correct", "tests.rewards.test_fusion:correct", on_row_error=on_row_error),
+        spec("formatted", "tests.rewards.test_fusion:formatted", weight=0.2),
+    ]
+    batch = RewardBatch.from_groups([{"prompt": "2+2=", "answer": "4"}], ["so 4", "so 5", "so x", "so 3"], [2] * 4, 4)
+    with RewardExecutor(num_workers=0, default_timeout_s=0) as executor:
+        return score_and_fuse(executor, RewardFusion(resolve_reward_sources(functions)), batch)
+
+
+def test_a_completion_that_makes_the_scorer_raise_scores_its_floor_not_a_tie_with_the_right_answer():
+    """Issue 33 item 2: "so x" made `correct` raise, was judged on `formatted` alone and fused to 1.0,
+    the right answer's reward. With on_row_error=zero (the default) it scores correct's floor, 0."""
+    result = fuse_so_answers("zero")
+    assert [round(r, 3) for r in result.fused] == [1.0, 0.167, 0.167, 0.167]
+    assert result.per_function["correct"] == [1.0, 0.0, 0.0, 0.0]
+    assert result.alerts == [
+        "reward 'correct' raised on 1 of 4 completions: scored 0 for them (on_row_error=zero); the rest of its "
+        "batch stands (row 2: ValueError: invalid literal for int() with base 10: 'x')"
+    ]
+    skipped = fuse_so_answers("skip")  # the seeds' rule, on request: the functions that judged the row
+    assert [round(r, 3) for r in skipped.fused] == [1.0, 0.167, 1.0, 0.167]
+
+
+def test_a_none_returned_on_purpose_is_still_left_to_the_other_functions():
+    """Only a raised row takes the floor: a None is the function declining to judge (NaN-safe mean)."""
+    sources = [RewardSource("declines", lambda p, c, **_: [None, 1.0]), RewardSource("b", lambda p, c, **_: [0.5, 0.5])]
+    with RewardExecutor(num_workers=0, default_timeout_s=0) as executor:
+        result = score_and_fuse(executor, RewardFusion(sources), RewardBatch(["p", "p"], ["a", "b"], {}, 2))
+    assert result.fused == [0.5, 0.75] and result.raw == [0.5, 0.75]
+
+
+def test_on_row_error_takes_zero_or_skip_only():
+    with pytest.raises(GrpoError, match="reward 'correct': on_row_error 'floor' is not one of zero, skip"):
+        resolve_reward_sources([spec("correct", "tests.rewards.test_fusion:correct", on_row_error="floor")])
+
+
+def test_the_raw_reward_is_the_weighted_mean_over_the_functions_that_scored_the_row():
+    """FusionResult.raw, the one definition the clip, guard, hacking alert and sweeps read: a row one
+    function could not score is the others' weighted mean (the denominator over the valid ones)."""
+    fusion = RewardFusion([source("a", 3.0), source("b", 1.0, normalize="zscore")])
+    result = fusion.fuse({"a": batch(1, None, 0, 1), "b": batch(0, 0.5, 1, None)}, group_size=2)
+    assert result.raw == [0.75, 0.5, 0.25, 1.0]
+
+
+def test_the_raw_reward_keeps_the_configured_weights_when_a_curriculum_moves_them():
+    """Issue 33 item 7: reward/raw_mean jumped at a phase change ({a: 1, b: 0} to {a: 0, b: 1} turned
+    1.0 into 0.0 with the same completions), and the adaptive clip and the hacking alert read the
+    jump as the policy's. The raw reward stays under the configured weights; the fused one follows
+    the curriculum."""
+    fusion = RewardFusion([source("a"), source("b")])
+    scores = {"a": batch(1, 1), "b": batch(0, 0)}
+    before, after = (fusion.fuse(scores, 2, weights) for weights in ({"a": 1.0, "b": 0.0}, {"a": 0.0, "b": 1.0}))
+    assert (before.fused, after.fused) == ([1.0, 1.0], [0.0, 0.0])
+    assert before.raw == after.raw == [0.5, 0.5]
+    fusion.masked.append("b")  # masking still moves a weight to its fallback (none here: b's is dropped)
+    assert fusion.fuse(scores, 2, {"a": 0.0, "b": 1.0}).raw == [1.0, 1.0]
+
+
+def test_a_constant_group_z_scores_exactly_zero_whatever_its_mean_rounds_to():
+    """0.1 + 0.1 + 0.1 is not 0.3: without the constant-group rule a group of 0.1s z-scores about
+    1e-13, a signal where there is none (group_zscore; the advantage is the same function)."""
+    fusion = RewardFusion([source("a", normalize="group_zscore")])
+    assert fusion.fuse({"a": batch(0.1, 0.1, 0.1, 1, 2, 3)}, group_size=3).fused[:3] == [0.0, 0.0, 0.0]
+    rewards = torch.tensor([0.1, 0.1, 0.1, 1.0, 2.0, 3.0])
+    advantages, stats = group_advantages(rewards, 3)
+    assert advantages[:3].tolist() == [0.0, 0.0, 0.0] and stats.frac_zero_std_groups == 0.5
+
+
+def test_a_reward_that_returns_text_says_so_in_its_error():
+    """Issue 33 item 16: a function returning strings was reported as "none raised (the function
+    returned None/NaN)"; its error now names the first value that was not a number."""
+    sources = [RewardSource("texty", lambda p, c, **_: ["0.5", 1.0])]
+    with RewardExecutor(num_workers=0, default_timeout_s=0) as executor:
+        result = score_and_fuse(executor, RewardFusion(sources), RewardBatch(["p", "p"], ["a", "b"], {}, 2))
+    assert result.errors == {"texty": "row 0 is str '0.5', not a number"}
+    assert nan_rate_alerts(result, 0.5) == [
+        "reward texty returned NaN for 50% of the batch (monitor.nan_alert=0.5); first error: row 0 is str '0.5', "
+        "not a number"
+    ]

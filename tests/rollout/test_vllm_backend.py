@@ -16,13 +16,15 @@ import torch
 from safetensors import safe_open
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from grpo_cli.config.schema import LoraConfig, RolloutConfig, TinyModelConfig, VllmConfig
+from grpo_cli.config.schema import LoraConfig, RolloutConfig, TinyModelConfig, TrainConfig, VllmConfig
 from grpo_cli.errors import GrpoError
 from grpo_cli.models import add_lora, build_tiny_model
 from grpo_cli.rollout import FastGenerator, HFGenerator, VLLMGenerator, make_generator
 from grpo_cli.rollout.base import finish_rollout
-from grpo_cli.rollout.vllm import VLLM_MISSING, engine_kwargs, sampling_params_kwargs
+from grpo_cli.rollout.vllm import VLLM_MISSING, engine_kwargs, request_seeds, sampling_params_kwargs
 from grpo_cli.rollout.weight_sync import engine_weights
+from grpo_cli.training import GRPOTrainer
+from grpo_cli.training.distributed import World
 
 PROMPTS = ["12+7=", "3+4=", "100+250="]  # different lengths: left padding in the batch
 
@@ -38,23 +40,31 @@ def tiny(tiny_model_dir: Path):
 
 class StandInLLM:
     """Stands in for `vllm.LLM.generate`: one RequestOutput-shaped object per prompt, its `.outputs`
-    the scripted completions (token_ids, finish_reason, stop_reason), n of them as asked."""
+    the scripted completions (token_ids, finish_reason, stop_reason), n of them as asked. Sampling
+    params come one for all prompts or one per prompt, as vLLM takes them; `calls` keeps each
+    call's prompts, the first prompt's params, and every prompt's (`per_prompt`)."""
 
     def __init__(self, script: list[list[tuple[list[int], str, int | None]]]) -> None:
         self.script = script
         self.calls: list[tuple[list[dict], dict]] = []
+        self.per_prompt: list[list[dict]] = []
 
-    def generate(self, prompts: list[dict], sampling_params: dict, use_tqdm: bool) -> list[SimpleNamespace]:
-        self.calls.append((prompts, sampling_params))
+    def generate(
+        self, prompts: list[dict], sampling_params: dict | list[dict], use_tqdm: bool
+    ) -> list[SimpleNamespace]:
+        params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
+        assert len(params) == len(prompts)  # vLLM refuses a list of another length
+        self.calls.append((prompts, params[0]))
+        self.per_prompt.append(params)
         return [
             SimpleNamespace(
                 prompt_token_ids=prompt["prompt_token_ids"],
                 outputs=[
                     SimpleNamespace(index=i, token_ids=tuple(ids), finish_reason=finish, stop_reason=stop)
-                    for i, (ids, finish, stop) in enumerate(completions[: sampling_params["n"]])
+                    for i, (ids, finish, stop) in enumerate(completions[: asked["n"]])
                 ],
             )
-            for prompt, completions in zip(prompts, self.script)
+            for prompt, completions, asked in zip(prompts, self.script, params)
         ]
 
 
@@ -163,6 +173,79 @@ def test_greedy_repeats_the_one_completion_across_the_group(tiny) -> None:
     assert rollout.completion_ids.shape == (9, 2)
 
 
+# ---- seeds: the engine's stream is neither per process nor in a checkpoint -------------------------
+
+
+def seeds_of_a_step(tiny, world: World, step: int, draws: int = 2, seed: int = 7) -> list[list[int | None]]:
+    """Each call's per-prompt request seeds over `draws` sampled calls of one training step, from a
+    fresh generator (another process, or a run resumed at `step`)."""
+    _, tokenizer, ids, mask = tiny
+    eos = tokenizer.eos_token_id
+    generator = stand_in_generator(tiny, [[([eos], "stop", eos)] * 4] * 3, RolloutConfig(num_generations=4))
+    generator.set_step_seed(world.sampling_seed(seed, step))
+    for _ in range(draws):  # dynamic sampling generates several rounds in a step
+        generator.generate(ids, mask, 4)
+    for call in generator.engine.per_prompt:  # the seed is the only setting that differs per request
+        assert all(p == sampling_params_kwargs(generator.cfg, 4, generator.eos_ids, False, p["seed"]) for p in call)
+    return [[p["seed"] for p in call] for call in generator.engine.per_prompt]
+
+
+def test_each_request_is_seeded_by_the_run_seed_the_step_the_rank_the_draw_and_the_row(tiny) -> None:
+    straight = seeds_of_a_step(tiny, World(rank=0, size=2), step=3)
+    assert straight == seeds_of_a_step(tiny, World(rank=0, size=2), step=3)  # a resumed run draws the same
+    others = [
+        seeds_of_a_step(tiny, World(rank=1, size=2), step=3),  # the second process
+        seeds_of_a_step(tiny, World(rank=0, size=2), step=4),  # the next step
+        seeds_of_a_step(tiny, World(rank=0, size=2), step=3, seed=8),  # another train.seed
+    ]
+    # vLLM seeds a request's n completions seed, seed + 1, ..., seed + n - 1: across processes,
+    # steps, draws and prompts, no two completions share a stream
+    streams = [s + i for run in [straight, *others] for call in run for s in call for i in range(4)]
+    assert len(set(streams)) == len(streams) == 4 * 2 * 3 * 4
+
+
+def test_greedy_and_calls_outside_a_step_leave_the_seed_to_the_engine_and_a_replayed_step_draws_again(tiny) -> None:
+    _, tokenizer, ids, mask = tiny
+    eos = tokenizer.eos_token_id
+    generator = stand_in_generator(tiny, [[([eos], "stop", eos)] * 2] * 3, RolloutConfig(num_generations=2))
+    generator.generate(ids, mask, 2)  # grpo rollout / grpo eval: no step, the engine's stream (seeded when built)
+    generator.set_step_seed(World().sampling_seed(7, 3))
+    generator.generate(ids, mask, 2, greedy=True)  # argmax draws nothing and counts as no draw
+    generator.generate(ids, mask, 2)
+    generator.set_step_seed(World().sampling_seed(7, 3))  # the step again, after a Ctrl-C rolled it back
+    generator.generate(ids, mask, 2)
+    seeds = [[p["seed"] for p in call] for call in generator.engine.per_prompt]
+    assert seeds[0] == seeds[1] == [None] * 3 and None not in seeds[2]
+    assert seeds[2] == seeds[3] == seeds_of_a_step(tiny, World(), step=3, draws=1)[0]
+
+
+def test_the_trainer_seeds_each_steps_requests_from_the_step(tiny, tmp_path: Path) -> None:
+    """Through GRPOTrainer.step with the vLLM generator (its engine the stand-in): step k's requests
+    carry the seeds of World.sampling_seed(train.seed, k), whatever the engine's stream did before."""
+    cfg = TrainConfig()
+    cfg.train.steps, cfg.train.prompts_per_step, cfg.rollout.num_generations = 2, 4, 4
+    cfg.monitor.plots = False
+    trainer = GRPOTrainer(cfg, tmp_path)
+    trainer.setup()
+    eos = trainer.tokenizer.eos_token_id
+    script = [[(trainer.tokenizer.encode(str(i)) + [eos], "stop", eos)] * 4 for i in range(4)]
+    trainer.generator = VLLMGenerator(
+        trainer.model,
+        trainer.tokenizer,
+        cfg.rollout,
+        engine=StandInLLM(script),
+        sampling_params=dict,
+        push=lambda weights: None,
+    )
+    try:
+        for step in range(2):
+            trainer.step()
+            asked = [p["seed"] for p in trainer.generator.engine.per_prompt[step]]
+            assert asked == request_seeds(trainer.world.sampling_seed(cfg.train.seed, step), 0, 4), step
+    finally:
+        trainer.cleanup()
+
+
 # ---- weight sync ---------------------------------------------------------------------------------
 
 
@@ -234,10 +317,12 @@ def test_a_lora_policy_pushes_merged_weights_and_stays_unmerged(tiny) -> None:
 # ---- dispatch ----------------------------------------------------------------------------------
 
 
-def test_every_generator_takes_the_weights_updated_call(tiny) -> None:
+def test_the_hf_loops_take_both_calls_and_leave_torchs_stream_to_the_trainer(tiny) -> None:
     model, tokenizer, _, _ = tiny
     for generator in (FastGenerator(model, tokenizer, RolloutConfig()), HFGenerator(model, tokenizer, RolloutConfig())):
-        assert generator.weights_updated() is None
+        state = torch.get_rng_state()  # saved by RngState, reseeded per step by a data-parallel trainer
+        assert generator.weights_updated() is None and generator.set_step_seed(123) is None
+        assert torch.equal(torch.get_rng_state(), state)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the machine has CUDA: the no-CUDA message does not apply")

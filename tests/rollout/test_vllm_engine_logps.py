@@ -25,7 +25,7 @@ class LogprobEngine(StandInLLM):
 
     def generate(self, prompts, sampling_params, use_tqdm):
         outputs = super().generate(prompts, sampling_params, use_tqdm)
-        if sampling_params["logprobs"] is None:  # as vLLM: none asked, none returned
+        if self.calls[-1][1]["logprobs"] is None:  # as vLLM: none asked, none returned
             return outputs
         for request in outputs:
             for completion in request.outputs:

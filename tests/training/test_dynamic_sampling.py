@@ -23,6 +23,7 @@ import torch
 from rich.console import Console
 
 from grpo_cli.config.schema import RewardFunctionConfig, TrainConfig
+from grpo_cli.core.clip import AdaptiveClip
 from grpo_cli.data import PromptSampler
 from grpo_cli.monitor import MetricsFile, TrainingConsole
 from grpo_cli.training import GRPOTrainer
@@ -174,9 +175,10 @@ def test_a_short_batch_trains_on_what_it_has_and_none_skips_the_update(
     draws = [[ex["prompt"] for ex in sampler.next_batch(8)] for _ in range(3)]  # each step's two draws
     assert len({p for draw in draws for p in draw}) == 24  # no prompt twice: a signal only where chosen
     monkeypatch.setattr(sys.modules[__name__], "SIGNAL_PROMPTS", {draws[0][5], *draws[2][1:4]})
-    weights, out = Weights(), io.StringIO()
+    weights, out, samples = Weights(), io.StringIO(), []
     with TrainingConsole(3, "plain", Console(file=out, width=200)) as console:
-        trainer, _ = run(cfg, tmp_path / "run", console, weights)
+        trainer, _ = run(cfg, tmp_path / "run", console, weights, Samples(samples))
+    assert samples[1] == draws[1][4:6]  # the skipped step reports its last draw (the fusion's state saw it)
     assert [r["sampling/groups_kept"] for r in trainer.history] == [1, 0, 3]
     assert [r["sampling/draws"] for r in trainer.history] == [2, 2, 2]
     assert [r["sampling/groups_dropped"] for r in trainer.history] == [7, 8, 5]
@@ -215,3 +217,54 @@ def test_ctrl_c_in_the_middle_of_a_refill_resumes_to_the_uninterrupted_run(
     _, resumed = run(cfg, tmp_path / "resumed")  # train.resume=auto
     assert reproducible(read_metrics(tmp_path / "resumed")) == reproducible(read_metrics(tmp_path / "straight"))
     assert all(torch.equal(a, b) for a, b in zip(resumed, straight, strict=True))
+
+
+def parity_rows(draw: list[dict[str, Any]]) -> list[list[float]]:
+    """`parity`'s values for one draw, group by group (row i of the draw's batch: prompt·G + k)."""
+    return [[1.0 if not odd(ex) else distinct(4 * group + k) for k in range(4)] for group, ex in enumerate(draw)]
+
+
+def test_the_reward_figures_are_the_generated_batch_s_and_the_controllers_read_them(tmp_path: Path) -> None:
+    """Issue 33 item 3: the reward figures read only the kept groups, so dropping the all-equal groups
+    pulled them to the middle (a policy at 75% logged 0.25), and the adaptive clip, the guard, the
+    hacking alert and the sweep objective read that. They are the generated batch's now (every draw),
+    the kept groups' mean is sampling/kept_reward_mean, and the clip reads the generated figure."""
+    cfg = config("parity", steps=3, max_draws=8)
+    cfg.algo.adaptive_clip.enabled, cfg.algo.adaptive_clip.window = True, 2
+    examples = train_examples(cfg, tmp_path)
+    plan = expected(examples, cfg, odd)
+    trainer, _ = run(cfg, tmp_path / "run")
+    clip = AdaptiveClip(cfg.algo.adaptive_clip, cfg.algo.epsilon_low, cfg.algo.epsilon_high)
+    sampler = PromptSampler(examples, cfg.train.seed)
+    generated_means, kept_means = [], []
+    for step in plan:
+        draws = [sampler.next_batch(4) for _ in range(step["draws"])]
+        rows = [(ex, values) for draw in draws for ex, values in zip(draw, parity_rows(draw), strict=True)]
+        kept = [values for ex, values in rows if odd(ex)][:4]
+        generated_means.append(sum(v for _, values in rows for v in values) / (16 * step["draws"]))
+        kept_means.append(sum(map(sum, kept)) / 16)
+    assert [r["reward/raw_mean"] for r in trainer.history] == pytest.approx(generated_means)
+    assert [r["reward/parity/mean"] for r in trainer.history] == pytest.approx(generated_means)
+    assert [r["sampling/kept_reward_mean"] for r in trainer.history] == pytest.approx(kept_means)
+    assert generated_means != pytest.approx(kept_means)  # the premise: dropping groups moves the mean
+    for row in trainer.history:  # the adaptive clip saw the generated batch's raw mean, step by step
+        assert clip.epsilons(row["reward/raw_mean"]) == pytest.approx(
+            (row["clip/epsilon_low"], row["clip/epsilon_high"])
+        )
+
+
+def failing(prompts: list[str], completions: list[str], **_: Any) -> list[float]:
+    raise RuntimeError("scorer down")
+
+
+def test_the_kept_batch_updates_the_fusion_s_failure_counts(tmp_path: Path) -> None:
+    """The final fusion of a step is the one that updates the running state: a function failing on
+    every draw is counted once a step and masked after reward.max_consecutive_failures steps (with
+    read-only fusions only, it would never be, and its weight never move to a fallback)."""
+    cfg = config("parity", steps=3, max_draws=2)
+    cfg.reward.max_consecutive_failures = 2
+    target = "tests.training.test_dynamic_sampling:failing"
+    cfg.reward.functions.append(RewardFunctionConfig(name="failing", target=target, fallback="parity"))
+    trainer, _ = run(cfg, tmp_path / "run")
+    assert [r["reward/masked_functions"] for r in trainer.history] == [0, 1, 1]
+    assert [r["weight/parity"] for r in trainer.history] == [1.0, 2.0, 2.0]

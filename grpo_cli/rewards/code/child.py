@@ -124,34 +124,46 @@ class Child:
         self._stdin_registered = False
         self._ours: list[int] = []  # our ends of the four pipes, closed at the end
         self.job_fd = -1
-        self.workdir = ""
-        try:
-            self.workdir = backends.make_workdir(server.dir if server is not None else work_root)
-        except OSError as err:
-            self._finish()
-            raise HarnessFault(f"cannot create a sandbox work dir: {err}") from err
+        self.workdir = ""  # _finish reads it, should the work dir fail
+        self.workdir = self._make_workdir(server.dir if server is not None else work_root)
         job_r, self.job_fd = os.pipe()
         proto_r, proto_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         self._ours = [self.job_fd, proto_r, out_r, err_r]
-        theirs = [job_r, proto_w, out_w, err_w]
+        header = self._start(runtime, [job_r, proto_w, out_w, err_w])
+        self._watch({"proto": proto_r, "stdout": out_r, "stderr": err_r})
+        self.send(wire.frame({**job, **header}))
+
+    # ---- start ---------------------------------------------------------------------------
+    def _make_workdir(self, root: str) -> str:
         try:
-            if server is not None:
-                self.session_id, header = server.start(self.workdir, theirs)
-            else:
-                spec = runtime.launch(self.workdir, proto_w)
-                header = spec.header
-                self.proc = subprocess.Popen(
-                    spec.argv,
-                    stdin=job_r,  # the job pipe, nothing else
-                    stdout=out_w,
-                    stderr=err_w,
-                    pass_fds=(proto_w,),  # the protocol pipe: records from the runner
-                    cwd=spec.cwd,
-                    env=dict(backends.ENV),  # never the trainer's environment
-                    start_new_session=True,  # its own process group, to kill as a whole
-                )
+            return backends.make_workdir(root)
+        except OSError as err:
+            self._finish()
+            raise HarnessFault(f"cannot create a sandbox work dir: {err}") from err
+
+    def _start(self, runtime: backends.Runtime, theirs: list[int]) -> dict:
+        """Start the runner on its ends of the pipes (job, protocol, stdout, stderr), a worker of the
+        server or a process tree of the backend, and close those ends here; the header its job carries.
+        A failure to start tears everything down first."""
+        job_r, proto_w, out_w, err_w = theirs
+        try:
+            if self.server is not None:
+                self.session_id, header = self.server.start(self.workdir, theirs)
+                return header
+            spec = runtime.launch(self.workdir, proto_w)
+            self.proc = subprocess.Popen(
+                spec.argv,
+                stdin=job_r,  # the job pipe, nothing else
+                stdout=out_w,
+                stderr=err_w,
+                pass_fds=(proto_w,),  # the protocol pipe: records from the runner
+                cwd=spec.cwd,
+                env=dict(backends.ENV),  # never the trainer's environment
+                start_new_session=True,  # its own process group, to kill as a whole
+            )
+            return spec.header
         except OSError as err:
             self.close(graceful=False)
             raise HarnessFault(f"cannot start the {self.backend} sandbox: {err}") from err
@@ -161,18 +173,21 @@ class Child:
         finally:
             for fd in theirs:
                 os.close(fd)
+
+    def _watch(self, reads: dict[str, int]) -> None:
+        """What the selector waits on: the pipes the runner writes, the job pipe once there is
+        something to send (non-blocking), and how its end shows (the server's records, or a pidfd)."""
         if self.proc is not None:
             self.pidfd = pidfd(self.proc.pid)
-        for name, fd in (("proto", proto_r), ("stdout", out_r), ("stderr", err_r)):
+        for name, fd in reads.items():
             os.set_blocking(fd, False)
             self.selector.register(fd, selectors.EVENT_READ, name)
             self.open_streams.add(name)
         os.set_blocking(self.job_fd, False)
-        if server is not None:
-            self.selector.register(server.fileno(), selectors.EVENT_READ, "server")
+        if self.server is not None:
+            self.selector.register(self.server.fileno(), selectors.EVENT_READ, "server")
         elif self.pidfd is not None:
             self.selector.register(self.pidfd, selectors.EVENT_READ, "exit")
-        self.send(wire.frame({**job, **header}))
 
     # ---- pipes ---------------------------------------------------------------------------
     def send(self, data: bytes) -> None:
