@@ -49,11 +49,8 @@ def train(model_dir: Path, size: TinyModelConfig, overrides: list[str], args: ar
             "-m",
             "grpo_cli",
             "train",
+            "model=hf",  # the tiny model built once, loaded as a model directory (model=tiny refuses model.path)
             f"model.path={model_dir}",
-            f"model.tiny.hidden_size={size.hidden_size}",
-            f"model.tiny.num_layers={size.num_layers}",
-            f"model.tiny.num_heads={size.num_heads}",
-            f"model.tiny.intermediate_size={size.intermediate_size}",
             f"train.steps={args.steps}",
             f"train.prompts_per_step={args.prompts_per_step}",
             f"train.threads={args.threads}",

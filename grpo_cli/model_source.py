@@ -65,7 +65,7 @@ def gguf_source(cfg: ModelConfig) -> Path | None:
             if not path.is_file():
                 raise GrpoError(f"model.path={cfg.path}: no such file")
             return path
-        if cfg.gguf_file and not (path / "config.json").is_file():
+        if cfg.gguf_file and not hub_id(cfg.path) and not (path / "config.json").is_file():  # a hub id: its snapshot
             if not (path / cfg.gguf_file).is_file():
                 raise GrpoError(f"model.gguf_file={cfg.gguf_file}: no such file in model.path={cfg.path}")
             return path / cfg.gguf_file
@@ -121,11 +121,12 @@ def check_model_path(path: str) -> None:
 def hub_snapshot(repo_id: str) -> Path:
     """The hub model's files in huggingface_hub's cache, downloaded the first time; a hub that cannot
     be reached (HF_HUB_OFFLINE=1, no network) leaves the cached snapshot, or one line saying there is none."""
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import is_offline_mode, snapshot_download
     from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled
 
+    if not is_offline_mode():  # a first download can take minutes: say what is happening
+        log.info("model.path=%s: a hub id, fetched into huggingface_hub's cache unless it is there", repo_id)
     try:
-        log.info("model.path=%s: a hub id, read from huggingface_hub's cache (downloaded once)", repo_id)
         folder = Path(snapshot_download(repo_id, allow_patterns=HUB_FILES))
         if not any(folder.glob("*.safetensors")):
             folder = Path(snapshot_download(repo_id, allow_patterns=HUB_FILES + HUB_BIN))

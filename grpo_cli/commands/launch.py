@@ -38,7 +38,7 @@ from grpo_cli.config import TrainConfig
 from grpo_cli.config.train_checks import validate
 from grpo_cli.errors import GrpoError
 from grpo_cli.training.distributed import World, check_divisible, launched_processes
-from grpo_cli.training.interrupt import STOP_SIGNALS, Interrupted
+from grpo_cli.training.interrupt import STOP_SIGNALS, Interrupted, exit_code
 
 WORKER_ENV = "GRPO_WORKER_RUN_DIR"  # set by `launch_workers`: the workers read the run directory's config
 CONFIG_FILE = "config.yaml"
@@ -47,6 +47,9 @@ AGENT = "--agent"  # `python -m grpo_cli.commands.launch --agent ARGS`: accelera
 # (30 s) cuts a real model's step and checkpoint short; the cluster's own SIGKILL is the bound
 # that matters. TORCH_ELASTIC_SHUTDOWN_TIMEOUT in the environment overrides it.
 SHUTDOWN_GRACE_S = 300
+SIGNAL_EXITS = {exit_code(Interrupted(signum)): signum for signum in STOP_SIGNALS}  # a worker's code after a stop
+# ... or the code of a worker that torchrun signalled once it had stopped (a negative returncode: killed by it)
+STOPPED_WORKER = {*SIGNAL_EXITS, *(-signum for signum in STOP_SIGNALS)}
 
 
 def write_resolved_config(cfg: TrainConfig, run_dir: Path, header: str = "") -> Path:
@@ -103,8 +106,8 @@ def launch_workers(cfg: TrainConfig, run_dir: Path) -> float:
     agent = subprocess.Popen(launch_command(cfg, run_dir), env=env)
     with forwarded_signals(agent) as received:
         code = agent.wait()
-    if received:  # the workers saved the step they finished (or, after a second Ctrl-C, the last one saved)
-        raise Interrupted(received[0])
+    if received or code in SIGNAL_EXITS:  # stopped on a signal: the workers saved the step they finished
+        raise Interrupted(received[0] if received else SIGNAL_EXITS[code])
     if code != 0:
         raise GrpoError(f"the {cfg.distributed.num_processes} training processes failed (exit code {code}): see above")
     return objective(run_dir, cfg.sweep.objective)
@@ -178,28 +181,46 @@ def worker_logging(run_dir: Path, main: bool) -> None:
     logging.config.dictConfig(OmegaConf.to_container(spec, resolve=True))
 
 
+def _quiet_forwarding(record: logging.LogRecord) -> bool:
+    """torchrun's lines for a signal it passes on and for workers that stopped on one, said better by
+    `grpo train` once they have; the rest (a worker that had to be SIGKILLed, a failure) still shows."""
+    message = str(record.msg)
+    if message.startswith("failed (exitcode: %s)") and record.args:
+        return record.args[0] not in STOPPED_WORKER
+    return not message.startswith(("Received %s death signal", "Sending process %s closing signal"))
+
+
 def run_agent(argv: list[str]) -> None:
     """accelerate's launcher (torchrun's agent, in this process) on `argv`. A signal it passes on
-    to the workers ends it with the shell's code for that signal and no traceback: the workers save
-    their step, and `grpo train` says where the run stopped."""
+    to the workers, or one a worker got alone (all of them then stop on the same saved step), ends
+    it with the shell's code for that signal (`interrupt.exit_code`) and no traceback, so that
+    `grpo train` says where the run stopped."""
     from accelerate.commands.launch import launch_command as accelerate_launch
     from accelerate.commands.launch import launch_command_parser
     from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
+    for name in ("torch.distributed.elastic.agent.server.api", "torch.distributed.elastic.multiprocessing.api"):
+        logging.getLogger(name).addFilter(_quiet_forwarding)
     try:
         accelerate_launch(launch_command_parser().parse_args(argv))
     except SignalException as err:
-        sys.exit(128 + err.sigval)
+        sys.exit(exit_code(Interrupted(err.sigval)))
+    except ChildFailedError as err:
+        codes = {failure.exitcode for failure in err.failures.values()}
+        if codes <= STOPPED_WORKER and codes & set(SIGNAL_EXITS):  # stopped on a signal, having saved what it could
+            sys.exit(max(codes))
+        raise
 
 
 def main() -> None:
     """A worker of `launch_workers`: train the run directory's resolved config (`--agent`: the launcher)."""
+    if sys.argv[1] == AGENT:  # before the trainer's imports: the launcher needs none of them
+        run_agent(sys.argv[2:])
+        return
     from grpo_cli.commands.errors import report_user_errors
     from grpo_cli.commands.train import run_train
 
-    if sys.argv[1] == AGENT:
-        run_agent(sys.argv[2:])
-        return
     run_dir = Path(sys.argv[1])
     worker_logging(run_dir, int(os.environ.get("RANK", "0")) == 0)
     report_user_errors(lambda: run_train(read_resolved_config(run_dir), run_dir))

@@ -23,6 +23,7 @@ from grpo_cli.commands.errors import EXIT_INTERRUPTED
 from grpo_cli.config.rollout_checks import validate_rollout
 from grpo_cli.config.schema import PrecisionConfig, RolloutRunConfig
 from grpo_cli.data import load_examples
+from grpo_cli.model_source import hub_id
 from grpo_cli.models import pick_device, set_cpu_threads
 from grpo_cli.monitor.progress import PromptProgress
 from grpo_cli.rollout import Rollout
@@ -44,7 +45,8 @@ def rollout_settings(cfg: RolloutRunConfig, dtype: str, examples: list[dict[str,
     Not here: output, max_prompts (a resume may extend the file), device, console, resume. The
     split's rows are hashed, so an edited data file is noticed as well as a changed data key.
     """
-    model = {"kind": cfg.model.kind, "path": _absolute(cfg.model.path), "dtype": dtype}
+    path = cfg.model.path  # a hub id names the same model from any directory; a local path is made absolute
+    model = {"kind": cfg.model.kind, "path": path if path and hub_id(path) else _absolute(path), "dtype": dtype}
     if cfg.model.kind == "tiny":
         model["tiny"] = asdict(cfg.model.tiny)
     sampling = {key: value for key, value in asdict(cfg.rollout).items() if key != "resume"}

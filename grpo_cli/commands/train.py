@@ -1,4 +1,10 @@
-"""`grpo train`: run the GRPO loop on the composed config and write the run directory."""
+"""`grpo train`: run the GRPO loop on the composed config and write the run directory.
+
+`run_train`, the task function, picks the way in: the memory plan alone, the launcher of N
+processes (`commands/launch.py`), or one process of the run; `MainRun` is the main process's run,
+from its console and files to the summary. A Ctrl-C or a SIGTERM ends each of them on a saved step
+with the command that resumes it (`training/interrupt.py`).
+"""
 
 from __future__ import annotations
 
@@ -121,6 +127,8 @@ def _train_main(cfg: TrainConfig, run_dir: Path, world: World) -> float:
     try:
         run.start()
         history, checkpoint, halted = run.train()
+        run.close()  # every line written before the summary and the pictures read them
+        return run.finish(history, checkpoint, halted, time.perf_counter() - started)
     except KeyboardInterrupt as interrupt:  # Ctrl-C or SIGTERM: the trainer saved the last finished step
         if world.size == 1 or WORKER_ENV not in os.environ:  # a worker's launcher reports it, with its command
             report_interrupt(run.console, run_dir, interrupt, f"after step {run.trainer.step_index}")
@@ -128,7 +136,6 @@ def _train_main(cfg: TrainConfig, run_dir: Path, world: World) -> float:
         sys.exit(exit_code(interrupt))
     finally:
         run.close()
-    return run.finish(history, checkpoint, halted, time.perf_counter() - started)
 
 
 class MainRun:
@@ -152,6 +159,7 @@ class MainRun:
             CompletionLog(run_dir / "completions", monitor.log_completions_every),
         ]
         self.trainer = GRPOTrainer(cfg, run_dir, [*self.files, self.progress], world)
+        self.trainer.report_stage = self.progress.stage  # the heartbeat and the panel say what a step is doing
         self.trackers: TrackerObserver | None = None
 
     def start(self) -> None:
@@ -193,9 +201,11 @@ class MainRun:
             return self.trainer.history, Path(halt.checkpoint), halt
 
     def close(self) -> None:
+        """The metrics file and the trackers; again is a no-op."""
         self.metrics_file.close()
         if self.trackers is not None:
             self.trackers.close()
+            self.trackers = None
 
     def finish(self, history: list[dict], checkpoint: Path, halted: TrainingHalted | None, wall_s: float) -> float:
         """summary.json, the pictures and the summary table; a guard's exit code, else the objective."""

@@ -308,7 +308,7 @@ class GuardConfig:
 
 @dataclass
 class MonitorConfig:
-    log_completions_every: int = 10
+    log_completions_every: int = 10  # completions/step_N.jsonl at step 1, then every N steps (0: never)
     num_completions_to_print: int = 0  # of each logged step's completions, printed on the console
     console: str = "auto"  # CONSOLES; auto: rich on a terminal, plain otherwise (CI logs)
     print_every: int = 10  # plain console: one line every N steps (and the first and last)

@@ -27,6 +27,7 @@ from grpo_cli.config.schema import (
     SandboxConfig,
     TrainConfig,
 )
+from grpo_cli.core.clip import widest_epsilon_high
 from grpo_cli.errors import GrpoError
 
 
@@ -170,8 +171,15 @@ def _check_variants(algo: AlgoConfig) -> None:
             "is CISPO's cap on the importance weight (MiniMax-M1 and ScaleRL use about 5): below 1 it scales "
             "down every on-policy token's gradient; algo=cispo sets it",
         )
-    if algo.delta != 0 and algo.delta <= 1 + algo.epsilon_high:
-        fail("algo.delta", algo.delta, f"must be > 1 + algo.epsilon_high ({1 + algo.epsilon_high}), or 0 (off)")
+    widest = widest_epsilon_high(algo.adaptive_clip, algo.epsilon_low, algo.epsilon_high)  # what a step can clip at
+    if algo.delta != 0 and algo.delta <= 1 + widest:
+        bound = (
+            f"{1 + widest:.4g} (1 + algo.adaptive_clip.max·algo.epsilon_high/algo.epsilon_low, the widest epsilon_high "
+            "adaptive clipping reaches: at or below it the cap is not TRL's two-sided clip)"
+            if algo.adaptive_clip.enabled
+            else f"1 + algo.epsilon_high ({1 + algo.epsilon_high})"
+        )
+        fail("algo.delta", algo.delta, f"must be > {bound}, or 0 (off)")
     if algo.delta != 0 and algo.clip_ratio_c != 0:
         fail("algo.delta", algo.delta, "is the dual-clip bound under TRL's name: set it or algo.clip_ratio_c, not both")
     if algo.clip_ratio_c != 0 and algo.clip_ratio_c <= 1:

@@ -22,6 +22,21 @@ from grpo_cli.config.schema import AdaptiveClipConfig
 from grpo_cli.stats import MIN_VARIANCE, nanmean, nanstd
 
 
+def paired_epsilon_high(epsilon: float, epsilon_low: float, epsilon_high: float) -> float:
+    """The upper bound that goes with ε_t: the configured clip-higher ratio kept."""
+    return epsilon * epsilon_high / epsilon_low
+
+
+def widest_epsilon_high(cfg: AdaptiveClipConfig, epsilon_low: float, epsilon_high: float) -> float:
+    """The widest ε_high a run can clip at: the configured one, or with adaptive clipping the one
+    paired with ε_t at its ceiling `max` (what algo.delta must exceed to stay TRL's two-sided clip).
+
+    >>> round(widest_epsilon_high(AdaptiveClipConfig(enabled=True, max=0.3), 0.2, 0.28), 4)
+    0.42
+    """
+    return paired_epsilon_high(cfg.max, epsilon_low, epsilon_high) if cfg.enabled else epsilon_high
+
+
 class AdaptiveClip:
     """Stateful across steps: the window of previous batch means, which a checkpoint must keep.
 
@@ -40,7 +55,7 @@ class AdaptiveClip:
         self.last: tuple[float, float] | None = None  # the pair returned by the last finite batch
 
     def _pair(self, epsilon: float) -> tuple[float, float]:
-        return epsilon, epsilon * self.epsilon_high / self.epsilon_low
+        return epsilon, paired_epsilon_high(epsilon, self.epsilon_low, self.epsilon_high)
 
     def epsilons(self, batch_mean: float) -> tuple[float, float]:
         """(ε_low, ε_high) for this step, from the previous window; then `batch_mean` joins it.

@@ -117,15 +117,16 @@ def select_high_entropy(entropies: torch.Tensor, quantile: float, collective: Co
 
 
 def quantile_value(values: torch.Tensor, q: float) -> float:
-    """torch.quantile(values, q) (linear interpolation, bit for bit), which refuses more than 2**24
-    values: a step's tokens over every process can be more.
+    """torch.quantile(values, q), computed as it computes it (linear interpolation in the values'
+    dtype): torch.quantile refuses more than 2**24 values, and a step's tokens over every process
+    can be more.
 
     >>> quantile_value(torch.tensor([3.0, 1.0, 2.0, 4.0]), 0.5)
     2.5
     """
     ordered = values.flatten().sort().values
     rank = torch.tensor(q, dtype=ordered.dtype) * (ordered.numel() - 1)  # in the values' dtype, as torch.quantile
-    below = int(rank.floor())
+    below = min(int(rank.floor()), ordered.numel() - 1)  # a float32 rank past 2**24 can round up
     above = min(below + 1, ordered.numel() - 1)
     return torch.lerp(ordered[below], ordered[above], rank - below).item()
 

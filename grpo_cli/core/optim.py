@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import re
+import warnings
 
 import torch
 from transformers import get_scheduler
@@ -76,3 +78,15 @@ def build_optimizer(
         num_training_steps=total_optimizer_steps,
     )
     return optimizer, scheduler
+
+
+def schedule_at(scheduler: torch.optim.lr_scheduler.LambdaLR, position: int) -> float:
+    """Move the schedule to `position` optimizer steps from the start and set the optimizer's lr
+    there; returns it. The trainer puts each training step at its planned position, so the lr is a
+    function of the step, as the curriculum's weights are, whatever a short or skipped update did
+    before (docs/architecture.md §3, "Optimizer"). A LambdaLR is closed-form in `last_epoch`."""
+    scheduler.last_epoch = position - 1
+    with warnings.catch_warnings():  # torch's check of the optimizer-then-scheduler order does not apply to a move
+        warnings.filterwarnings("ignore", re.escape("Detected call of `lr_scheduler.step()` before"), UserWarning)
+        scheduler.step()
+    return scheduler.get_last_lr()[0]

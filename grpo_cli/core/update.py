@@ -10,6 +10,7 @@ what the step reports.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from grpo_cli.config.schema import AlgoConfig
 from grpo_cli.core.logprobs import RolloutRows, rows_logprobs
 from grpo_cli.core.loss import LossNormalizer, aggregate_loss
 from grpo_cli.core.objective import EntropySelection, entropy_bonus, select_high_entropy, token_loss
+from grpo_cli.core.optim import schedule_at
 from grpo_cli.core.parallel import Collective, SingleProcess, unwrap
 from grpo_cli.core.update_stats import EntropySum, MicroSums, UpdateStats, UpdateTotals
 
@@ -32,11 +34,19 @@ class Learner:
 
     model: torch.nn.Module  # the policy; DDP-wrapped when data-parallel (forward and backward)
     optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LRScheduler  # steps with the optimizer: skipped steps do not count
+    scheduler: torch.optim.lr_scheduler.LambdaLR  # steps with each applied optimizer step; see schedule_step
     reference: torch.nn.Module | None = None  # None: no KL term (beta = 0)
     autocast: AutocastFactory = contextlib.nullcontext  # mixed precision around each forward pass
     scaler: torch.amp.GradScaler | None = None  # fp16: scales the loss, unscales before clipping
     collective: Collective = field(default_factory=SingleProcess)  # data-parallel sums
+    updates_per_step: int = 1  # optimizer steps planned per training step (num_iterations·mini_batches)
+
+    def schedule_step(self, step: int) -> float:
+        """Put the lr schedule at training step `step`'s first optimizer step, step·updates_per_step,
+        and return the lr there. A step that applied fewer updates (dynamic sampling's short batch,
+        no signal, a non-finite step) leaves the later steps' lr where it would have been; a resume
+        lands on the same positions."""
+        return schedule_at(self.scheduler, step * self.updates_per_step)
 
 
 @dataclass
@@ -54,7 +64,7 @@ class UpdateSettings:
 
     temperature: float  # rollout.temperature: log-probs of the distribution that sampled
     max_new_tokens: int  # dr_grpo's constant denominator
-    grad_accum_steps: int  # micro-batches per optimizer step: memory, not maths
+    grad_accum_steps: int  # micro-batches per optimizer step: memory, not maths (bnpo's per-micro-batch mean aside)
     max_grad_norm: float  # 0: no clipping (the norm is still measured)
     layout: str  # train.layout: packed | padded | auto (core.packing.choose_layout per micro-batch)
 
@@ -77,6 +87,27 @@ def plan_mini_batches(
         (groups.unsqueeze(1) * group_size + torch.arange(group_size)).reshape(-1)
         for groups in order.tensor_split(mini_batches)
     ]
+
+
+def micro_batch_count(num_groups: int, group_size: int, mini_batches: int, grad_accum_steps: int) -> int:
+    """Micro-batch passes in one pass over the batch: `plan_mini_batches`' mini-batches, each split
+    `grad_accum_steps` ways (fewer ways when it has fewer rows).
+
+    >>> micro_batch_count(3, 2, mini_batches=2, grad_accum_steps=4)  # mini-batches of 4 and 2 rows
+    6
+    """
+    sizes = torch.arange(num_groups).tensor_split(mini_batches)
+    return sum(min(grad_accum_steps, len(groups) * group_size) for groups in sizes)
+
+
+def micro_batch_progress(
+    report: Callable[[int, int], None] | None, num_groups: int, group_size: int, algo: AlgoConfig, grad_accum: int
+) -> Callable[[], None]:
+    """What policy_update calls before each micro-batch pass: `report(k, n)` for the k-th of the
+    update's n (every iteration's), or nothing."""
+    passes = algo.num_iterations * micro_batch_count(num_groups, group_size, algo.mini_batches, grad_accum)
+    done = itertools.count(1)
+    return (lambda: report(next(done), passes)) if report is not None else (lambda: None)
 
 
 @dataclass
@@ -289,13 +320,15 @@ def policy_update(
     settings: UpdateSettings,
     epsilons: tuple[float, float] | None = None,
     on_first_step: Callable[[], None] | None = None,
+    on_micro_batch: Callable[[int, int], None] | None = None,
 ) -> UpdateStats:
     """Clipped-surrogate (+ β·KL) updates on one rollout batch.
 
     Loss denominators count `batch.loss_mask`'s tokens and sequences only. `epsilons` (low, high)
     replace `algo.epsilon_*` for this batch (adaptive clipping). `on_first_step` runs just before
-    the first optimizer step moves the weights (the trainer's point of no return). With fp16's
-    scaler an overflowing step is skipped like any non-finite one, and the scaler lowers its scale.
+    the first optimizer step moves the weights (the trainer's point of no return); `on_micro_batch`
+    (k, n) before the k-th of its n micro-batch passes. With fp16's scaler an overflowing step is
+    skipped like any non-finite one, and the scaler lowers its scale.
 
     Data-parallel (`learner.collective` over N processes, the model wrapped in
     DistributedDataParallel): each process holds its share of the groups; denominators are summed
@@ -321,6 +354,7 @@ def policy_update(
         if learner.reference is not None
         else None,
     )
+    next_micro_batch = micro_batch_progress(on_micro_batch, n // g, g, algo, settings.grad_accum_steps)
     for _ in range(algo.num_iterations):
         for rows in plan_mini_batches(n // g, g, algo.mini_batches):
             rows = rows.to(batch.advantages.device)
@@ -331,13 +365,15 @@ def policy_update(
             selection = step_entropy_selection(learner, batch, objective, micro_batches)
             step_loss = 0.0
             for micro, tokens in zip(micro_batches, micro_tokens):
+                next_micro_batch()
                 sums = micro_step(learner, batch, objective, micro, normalizer, tokens, selection)
                 totals.add(sums)
                 step_loss += sums.loss
             applied = totals.steps
             apply_step(learner, step_loss, settings.max_grad_norm, totals, on_first_step)
             sync = algo.ref_sync
-            # the scheduler counts applied optimizer steps over the run (and across a resume)
+            # the schedule's position: this training step's planned start plus its applied steps, so the
+            # syncs fall at the same positions as the lr (a position whose update did not apply syncs nothing)
             if sync.every and totals.steps > applied and learner.scheduler.last_epoch % sync.every == 0:
                 sync_reference(learner.reference, learner.model, sync.alpha)
     return totals.stats(learner.collective, with_kl=objective.ref_logps is not None)

@@ -18,7 +18,7 @@ class UpdateStats:
     clip_frac_low: float  # share of loss tokens whose lower clip changed the objective
     clip_frac_high: float
     grad_norm: float  # mean over applied steps, before clipping; NaN when none was applied
-    optimizer_steps: int  # applied steps (what the scheduler counted)
+    optimizer_steps: int  # applied steps (each advances the lr schedule by one)
     skipped_updates: int  # non-finite loss or gradient: weights and optimizer state left alone
     entropy: float  # mean entropy (nats) over the completions' tokens, under the policy that sampled them
     # the optional terms' figures, each a mean per loss token, present only while its term is on:

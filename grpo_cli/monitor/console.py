@@ -22,10 +22,15 @@ from rich.table import Table
 from rich.text import Text
 
 from grpo_cli.monitor.heartbeat import Heartbeat
-from grpo_cli.monitor.observer import StepResult, reward_function_names
+from grpo_cli.monitor.observer import StepResult, completions_due, reward_function_names
 from grpo_cli.stats import column_mean
 
 ALERTS_SHOWN = 5  # the live panel keeps the latest alerts in view; all are also printed above it
+STAGE_COUNTS = {  # how a stage's (done, total) read
+    "sampling": "{done}/{total} tokens",
+    "evaluating": "{done}/{total} tokens",  # train.eval_every's greedy answers
+    "training": "micro-batch {done}/{total}",
+}
 log = logging.getLogger("grpo")
 
 
@@ -73,8 +78,30 @@ def key_figures(metrics: dict[str, Any]) -> list[tuple[str, str]]:
     return figures
 
 
+def stage_text(step: int, stage: str, done: int = 0, total: int = 0) -> str:
+    """What the step under way is doing (a `StageReport`'s figures), as the heartbeat and the panel say it.
+
+    >>> stage_text(1, "sampling", 120, 512), stage_text(1, "training", 3, 8), stage_text(2, "scoring")
+    ('step 1: sampling, 120/512 tokens', 'step 1: training, micro-batch 3/8', 'step 2: scoring')
+    """
+    counts = STAGE_COUNTS.get(stage, "{done}/{total}") if total else ""
+    return f"step {step}: {stage}" + (f", {counts.format(done=done, total=total)}" if counts else "")
+
+
+class StageLine:
+    """The panel's line for the stage under way: rendered at each refresh, so a report per token
+    costs an assignment."""
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def __rich__(self) -> Text:
+        return Text(self.text, style="dim")
+
+
 class TrainingConsole:
-    """A context manager and an observer: the live panel lives from the first step to the end."""
+    """A context manager, an observer and a `StageReport` (`stage`): the live panel lives from the
+    first step to the end."""
 
     def __init__(
         self,
@@ -102,6 +129,7 @@ class TrainingConsole:
             console=self.console,
         )
         self.task = self.progress.add_task("train", total=total_steps)
+        self.stage_line = StageLine()
         self.live = Live(self._render(), console=self.console, refresh_per_second=4) if self.mode == "rich" else None
         self.heartbeat = Heartbeat("train", total_steps, "steps", self.mode == "plain")
 
@@ -120,7 +148,12 @@ class TrainingConsole:
         """Steps a resumed run already has count towards done/total, not towards the ETA's rate."""
         self.heartbeat.done = self.heartbeat.start_done = step
 
+    def stage(self, stage: str, done: int = 0, total: int = 0) -> None:
+        """What the step under way is doing: the heartbeat's line (plain) and the panel (rich) say it."""
+        self.heartbeat.stage = self.stage_line.text = stage_text(self.heartbeat.done + 1, stage, done, total)
+
     def on_step(self, result: StepResult) -> None:
+        self.heartbeat.stage = self.stage_line.text = ""  # the step is finished
         for event in result.events:  # printed above the panel (or the lines), in every mode but quiet
             if self.mode != "quiet":
                 shown = f"[bold cyan]step {result.step}:[/] {escape(event)}"
@@ -147,9 +180,8 @@ class TrainingConsole:
             self.heartbeat.touch()
 
     def _print_completions(self, result: StepResult) -> None:
-        if self.mode == "quiet" or not self.completions_to_print or not self.completions_every:
-            return
-        if result.step % self.completions_every:
+        due = completions_due(result.step, self.completions_every)
+        if self.mode == "quiet" or not self.completions_to_print or not due:
             return
         for sample in result.samples[: self.completions_to_print]:
             rewards = " ".join(f"{name} {_fmt(value, 2)}" for name, value in sample["rewards"].items())
@@ -182,7 +214,7 @@ class TrainingConsole:
                 style = "bold red" if masked else "yellow"
                 table.add_row(Text(f"NaN: {', '.join(failing) or '-'}; masked functions: {masked}", style=style))
         alerts = [Text(f"step {step}: {alert}", style="bold yellow") for step, alert in self.alerts]
-        return Group(self.progress, table, *alerts)
+        return Group(self.progress, self.stage_line, table, *alerts)
 
 
 def summary_table(summary: dict[str, Any], history: list[dict[str, Any]]) -> Table:

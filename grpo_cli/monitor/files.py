@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.monitor.observer import StepResult
+from grpo_cli.monitor.observer import StepResult, completions_due
 
 METRICS = "metrics.jsonl"  # in the run directory: one JSON object per finished step
 log = logging.getLogger("grpo")
@@ -62,14 +62,15 @@ class MetricsFile:
 
 
 class CompletionLog:
-    """Every `every` steps, the step's sampled completions with rewards and advantages."""
+    """The first step's and then every `every` steps' sampled completions (`completions_due`), with
+    rewards and advantages."""
 
     def __init__(self, directory: Path, every: int) -> None:
         self.directory = Path(directory)
         self.every = every
 
     def on_step(self, result: StepResult) -> None:
-        if not self.every or result.step % self.every:
+        if not completions_due(result.step, self.every):
             return
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / f"step_{result.step:06d}.jsonl"

@@ -2,7 +2,8 @@
 
 On a real model a single eval batch or training step can take minutes, and a log that says nothing
 for that long looks like a hang. A `Heartbeat` logs a line (to the console and the run's log file)
-whenever `HEARTBEAT_S` pass without one.
+whenever `HEARTBEAT_S` pass without one, with what the work under way is doing (`stage`), e.g.
+`train: 0/2 steps, 10m00s elapsed, ETA -; step 1: sampling, 120/512 tokens`.
 """
 
 from __future__ import annotations
@@ -33,11 +34,13 @@ class Heartbeat:
     """A context manager: a thread that logs `label done/total unit, elapsed, ETA` whenever
     `every_s` pass without a line (`touch()` says one was just printed elsewhere). The ETA is the
     rate since the start over the work still to do; work `done` before the start (a resume) does
-    not count towards the rate."""
+    not count towards the rate. `stage` (set from the main thread) says what the work under way is
+    doing; empty: nothing to add."""
 
     def __init__(self, label: str, total: int, unit: str, enabled: bool, done: int = 0, every_s: float = HEARTBEAT_S):
         self.label, self.total, self.unit, self.enabled, self.every_s = label, total, unit, enabled, every_s
         self.done = self.start_done = done
+        self.stage = ""
         self.start = self.last_line = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"heartbeat-{label}", daemon=True)
@@ -67,7 +70,9 @@ class Heartbeat:
 
     def line(self) -> str:
         elapsed = format_seconds(time.monotonic() - self.start)
-        return f"{self.label}: {self.done}/{self.total} {self.unit}, {elapsed} elapsed, ETA {self.eta()}"
+        line = f"{self.label}: {self.done}/{self.total} {self.unit}, {elapsed} elapsed, ETA {self.eta()}"
+        stage = self.stage  # one read: the main thread may replace it meanwhile
+        return f"{line}; {stage}" if stage else line
 
     def _run(self) -> None:
         while not self._stop.wait(max(self.last_line + self.every_s - time.monotonic(), 0.05)):

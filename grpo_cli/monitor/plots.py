@@ -30,12 +30,13 @@ LINESTYLES = ("-", "--", "-.", (0, (6, 2, 1, 2, 1, 2)), (0, (8, 2)), (0, (3, 1, 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 # Lines that may lie on one another (epsilon_low = epsilon_high, equal weights, a sweep's runs that
 # agree) are drawn first-widest: each later one is thinner with smaller markers, inside the one
-# before, which still shows around it. Widths and marker sizes spread over these ranges.
-WIDTHS = (1.2, 3.4)
-MARKER_SIZES = (3.5, 8.5)
-GRID = (4, 3)  # rows, columns of panels
+# before, which still shows around it. Widths and marker sizes spread over these ranges; in an
+# overlay the width steps by run (the runs are what must not hide), the marker size by every line.
+WIDTHS = (1.2, 4.4)
+MARKER_SIZES = (3.5, 9.5)
+COLUMNS = 3  # of panels; as many rows as PANELS needs
 PANEL_IN = (5.0, 3.3)  # one panel's share of the figure, inches
-TOP_IN, BOTTOM_IN = 0.75, 0.6  # the suptitle above; tick labels and "step" below
+TOP_IN, BOTTOM_IN = 0.75, 0.6  # the suptitle above; tick labels and "step" below the grid
 LEGEND_ROW_IN = 0.32  # one row of the overlay's run legend, under the "step" labels
 
 # (title, y label, series): each series is a key pattern (re.fullmatch) and its legend label, which
@@ -123,15 +124,19 @@ def _panel_keys(series: tuple[tuple[str, str], ...], keys: list[str]) -> dict[st
     return found
 
 
-def _look(series: int, layer: int, layers: int) -> dict[str, object]:
-    """A line's series style (line style and marker) and, by `layer`, its place in the drawing order
-    among the `layers` lines that may coincide: the first widest, the last thinnest (WIDTHS)."""
-    share = (layers - 1 - layer) / (layers - 1) if layers > 1 else 0.0
+def _look(series: int, width_rank: tuple[int, int], size_rank: tuple[int, int]) -> dict[str, object]:
+    """A line's series style (line style and marker), and its width and marker size by its rank
+    (place, count) in the drawing order among the lines that may coincide: the first widest."""
+
+    def spread(rank: tuple[int, int], low_high: tuple[float, float]) -> float:
+        place, count = rank
+        return low_high[0] + (count - 1 - place) / max(count - 1, 1) * (low_high[1] - low_high[0])
+
     return {
         "linestyle": LINESTYLES[series % len(LINESTYLES)],
         "marker": MARKERS[series % len(MARKERS)],
-        "linewidth": WIDTHS[0] + share * (WIDTHS[1] - WIDTHS[0]),
-        "markersize": MARKER_SIZES[0] + share * (MARKER_SIZES[1] - MARKER_SIZES[0]),
+        "linewidth": spread(width_rank, WIDTHS),
+        "markersize": spread(size_rank, MARKER_SIZES),
     }
 
 
@@ -149,13 +154,14 @@ def _draw_panel(ax: Axes, runs: list[tuple[str, list[dict]]], title: str, series
             # marker; one run: a colour per series label, the same in every panel (exact_match in
             # reward, eval and weights alike). Either way each line is drawn inside the ones before.
             color = f"C{r % 10}" if several else palette.setdefault(label, f"C{len(palette) % 10}")
-            look = _look(s, r * len(keys) + s, len(runs) * len(keys))
+            line = (r * len(keys) + s, len(runs) * len(keys))  # its place among the panel's lines
+            look = _look(s, (r, len(runs)) if several else line, line)
             if len(values) <= FEW_POINTS:
                 ax.plot(steps, values, color=color, **look)
             else:
                 ax.plot(steps, values, color=color, linestyle=look["linestyle"], linewidth=0.7, alpha=0.25)
                 ax.plot(steps, smooth(values), color=color, markevery=max(1, len(values) // LONG_MARKS), **look)
-            drawn.setdefault(label, ("0.3", _look(s, 0, 1)) if several else (color, look))
+            drawn.setdefault(label, ("0.3", _look(s, (0, 1), (0, 1))) if several else (color, look))
     ax.set_title(title)
     if not drawn:
         note = "no data (null in every row)" if keys else "no data"
@@ -176,19 +182,18 @@ def _draw_panel(ax: Axes, runs: list[tuple[str, list[dict]]], title: str, series
 
 
 def _label_steps(axes: np.ndarray, full: np.ndarray) -> None:
-    """Step ticks and "step" under the lowest panel with data in each column: an empty panel has no axis."""
+    """Step ticks under the lowest panel with data in each column (an empty panel has no axis)."""
     for column in range(axes.shape[1]):
         if rows := [r for r in range(axes.shape[0]) if full[r, column]]:
             ax = axes[rows[-1], column]
             ax.tick_params(labelbottom=True)
-            ax.set_xlabel("step")
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # no step 1.25 on a three-step run
 
 
 def _run_legend_shape(labels: list[str]) -> tuple[int, int]:
     """(columns, rows) of the overlay's run legend: as many columns as fit the figure's width (about
     8 px a character, 60 px for the line and the padding), at most 3."""
-    fit = int(GRID[1] * PANEL_IN[0] * 100 * 0.95) // (60 + 8 * max(map(len, labels)))
+    fit = int(COLUMNS * PANEL_IN[0] * 100 * 0.95) // (60 + 8 * max(map(len, labels)))
     columns = max(1, min(len(labels), 3, fit))
     return columns, -(-len(labels) // columns)
 
@@ -197,7 +202,7 @@ def curves_figure(runs: list[tuple[str, list[dict]]]) -> Figure:
     """A grid of panels against step, one per figure a GRPO run is judged by (PANELS); several runs
     overlay, one colour each, named in a legend under the grid (the figure grows to hold it). Up to
     FEW_POINTS points a series is drawn with markers; longer ones faint raw plus `smooth` on top."""
-    nrows, ncols = GRID
+    nrows, ncols = -(-len(PANELS) // COLUMNS), COLUMNS
     legend_cols, legend_rows = _run_legend_shape([label for label, _ in runs]) if len(runs) > 1 else (0, 0)
     bottom_in = BOTTOM_IN + LEGEND_ROW_IN * legend_rows + (0.15 if legend_rows else 0.0)
     height = TOP_IN + nrows * PANEL_IN[1] + bottom_in
@@ -214,9 +219,12 @@ def curves_figure(runs: list[tuple[str, list[dict]]]) -> Figure:
         if full.flat[i]:
             ax.set_ylabel(ylabel)
             ax.grid(alpha=0.3)
-    for ax in axes.flat[len(PANELS) :]:
+    for ax in axes.flat[len(PANELS) :]:  # the last row's spare places
         ax.remove()
     _label_steps(axes, full)
+    # one "step" under the grid, not one per column: a column's lowest panel with data may be an
+    # inner one, whose label would sit on the (empty) panel's title below
+    fig.supxlabel("step", y=(bottom_in - BOTTOM_IN + 0.08) / height, va="bottom")
     switched = False
     for r, (_, rows) in enumerate(runs):
         for step in weight_switches(rows):
@@ -228,7 +236,7 @@ def curves_figure(runs: list[tuple[str, list[dict]]]) -> Figure:
     how += "; dotted: reward weights switch (curriculum phases)" if switched else ""
     if len(runs) > 1:
         handles = [
-            Line2D([], [], color=f"C{r % 10}", linewidth=_look(0, r, len(runs))["linewidth"], label=label)
+            Line2D([], [], color=f"C{r % 10}", linewidth=_look(0, (r, len(runs)), (0, 1))["linewidth"], label=label)
             for r, (label, _) in enumerate(runs)
         ]
         # below the "step" labels, in the margin grown for it: never on a panel or a label

@@ -12,8 +12,8 @@ What each tracker gets:
 
 Tags: every finite number of the metrics row under its metrics.jsonl name (`step` is the x-axis,
 strings and lists are left out), histograms `reward/<fn>` and `reward/fused` (finite values only),
-`completions` (a markdown table, every `completions_every` steps) and `nan_heatmap` (every
-`completions_every` steps and at the end of the run).
+`completions` (a markdown table, the first step and every `completions_every` steps) and
+`nan_heatmap` (every `completions_every` steps and at the end of the run).
 
 Where they write: TensorBoard to `<run_dir>/tb`, aim to a repository in `<run_dir>`, wandb to the
 project `grpo` (files under `<run_dir>/wandb`), mlflow to the experiment `grpo` wherever
@@ -36,7 +36,7 @@ from accelerate.tracking import LOGGER_TYPE_TO_CLASS, GeneralTracker
 from accelerate.utils import is_aim_available, is_mlflow_available, is_tensorboard_available, is_wandb_available
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.monitor.observer import StepResult
+from grpo_cli.monitor.observer import StepResult, completions_due
 
 AVAILABLE: dict[str, Callable[[], bool]] = {
     "tensorboard": is_tensorboard_available,
@@ -112,7 +112,8 @@ class TrackerObserver:
         scalars = scalar_metrics(result.metrics)
         histograms = reward_histograms(result.rewards, result.fused)
         due = bool(self.completions_every) and step % self.completions_every == 0
-        text = completions_table(result.samples) if due and result.samples else None
+        logged = completions_due(step, self.completions_every) and result.samples  # as completions/step_N.jsonl
+        text = completions_table(result.samples) if logged else None
         for tracker in self.trackers:
             tracker.log(scalars, step=step)
             _log_histograms(tracker, histograms, step)

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
+
+# (tokens sampled so far by the longest completion, rollout.max_new_tokens): called while sampling,
+# for a progress display (a real model's first step takes minutes)
+TokenProgress = Callable[[int, int], None]
 
 
 @dataclass
@@ -47,6 +52,8 @@ class Rollout:
 
 
 class Generator(Protocol):
+    on_token: TokenProgress | None  # set by a caller that shows progress; a loop that cannot tell ignores it
+
     def generate(
         self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, num_generations: int, greedy: bool = False
     ) -> Rollout: ...

@@ -29,7 +29,7 @@ from transformers.generation.logits_process import (
 
 from grpo_cli.config.schema import RolloutConfig
 from grpo_cli.errors import GrpoError
-from grpo_cli.rollout.base import Rollout, finish_rollout
+from grpo_cli.rollout.base import Rollout, TokenProgress, finish_rollout
 from grpo_cli.rollout.hf import eos_token_ids
 
 
@@ -100,6 +100,7 @@ class FastGenerator:
         self.warpers = warpers(cfg)
         self.pad_id = tokenizer.pad_token_id
         self.cache_argument = cache_argument(model)
+        self.on_token: TokenProgress | None = None  # told after each token (Generator)
 
     def weights_updated(self) -> None:
         """Nothing to refresh: this loop samples from the policy module itself."""
@@ -177,6 +178,8 @@ class FastGenerator:
             token = self._next_token(scores, greedy, step, running, g)
             tokens[running, step] = token
             steps = step + 1
+            if self.on_token is not None:
+                self.on_token(steps, self.max_new_tokens)
             going = ~torch.isin(token, eos)
             if step + 1 == self.max_new_tokens or not going.any():
                 break

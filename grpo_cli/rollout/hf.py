@@ -7,7 +7,7 @@ from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerB
 
 from grpo_cli.config.schema import RolloutConfig
 from grpo_cli.models import is_peft
-from grpo_cli.rollout.base import Rollout, finish_rollout
+from grpo_cli.rollout.base import Rollout, TokenProgress, finish_rollout
 
 
 def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:
@@ -20,6 +20,8 @@ def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) ->
 
 
 class HFGenerator:
+    on_token: TokenProgress | None = None  # generate() reports no tokens on the way (Generator)
+
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, cfg: RolloutConfig) -> None:
         self.model = model
         self.tokenizer = tokenizer

@@ -29,7 +29,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from grpo_cli.config.schema import RolloutConfig
 from grpo_cli.errors import GrpoError
-from grpo_cli.rollout.base import Rollout, finish_rollout
+from grpo_cli.rollout.base import Rollout, TokenProgress, finish_rollout
 from grpo_cli.rollout.hf import eos_token_ids
 from grpo_cli.rollout.prompts import context_length
 from grpo_cli.rollout.weight_sync import PolicyWeightSync, Push
@@ -236,6 +236,8 @@ class VLLMGenerator:
     `vllm.LLM` (built from the config when None), the `SamplingParams` constructor, and how
     weights reach the engine (`load_weights_into` when None).
     """
+
+    on_token: TokenProgress | None = None  # the engine reports no tokens on the way (Generator)
 
     def __init__(
         self,

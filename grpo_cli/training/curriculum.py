@@ -173,12 +173,39 @@ class RewardCurriculum:
         if not first and (step == 0 or self.phase(step - 1) == phase):
             return None
         weights = ", ".join(f"{name} {weight:.3g}" for name, weight in self.weights(step).items())
-        linear = self.interpolate == "linear"
-        blend = " (blended towards the next phase: curriculum.interpolate=linear)" if linear else ""
+        blend = f" (curriculum.interpolate=linear: {self._blend(step)})" if self.interpolate == "linear" else ""
         return (
             f"curriculum {self.name}: phase {phase + 1} of {len(self._weights)} from step {step + 1} of "
             f"{self.total_steps} ({self.progress(step):.0%}): {weights}{blend}"
         )
+
+    def _blend(self, step: int) -> str:
+        """Where `linear`'s weights go from `step` on: towards the phase whose midpoint comes next,
+        reached there; past the last midpoint they hold (there is no next phase to blend towards).
+
+        >>> from grpo_cli.config.schema import CurriculumConfig, RewardFunctionConfig
+        >>> fns = [RewardFunctionConfig(name=n) for n in ("code_compiles", "code_tests", "code_style")]
+        >>> curriculum = RewardCurriculum(CurriculumConfig(name="three_phase", interpolate="linear"), fns, 10)
+        >>> [curriculum._blend(s) for s in (0, 2, 6, 9)]  # doctest: +NORMALIZE_WHITESPACE
+        ["phase 1's weights to step 2, then blended towards phase 2's",
+         "blended towards phase 2's weights, reached at step 5, then towards phase 3's",
+         "blended towards phase 3's weights, reached at step 9 and held to the end",
+         "phase 3's weights, held to the end"]
+        """
+        p, mids, last = self.progress(step), self._midpoints, len(self._midpoints) - 1
+        if p >= mids[-1]:
+            return f"phase {last + 1}'s weights, held to the end"
+        k = next(k for k, mid in enumerate(mids) if p < mid)  # the phase whose weights come next
+
+        def reached(k: int) -> int:  # 1-based: the first step whose progress is at phase k's midpoint
+            return math.ceil(mids[k] * self.total_steps - 1e-9) + 1
+
+        if k == 0:
+            return f"phase 1's weights to step {reached(0)}, then blended towards phase 2's"
+        if reached(k) > self.total_steps:  # a last midpoint within the run's final step
+            return f"blended towards phase {k + 1}'s weights, not reached by the end"
+        then = " and held to the end" if k == last else f", then towards phase {k + 2}'s"
+        return f"blended towards phase {k + 1}'s weights, reached at step {reached(k)}{then}"
 
     def weights(self, step: int) -> dict[str, float]:
         """{function name: weight} for the 0-based step about to run, every configured function named.

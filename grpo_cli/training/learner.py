@@ -27,7 +27,7 @@ def build_learner(
     optimizer, scheduler = build_optimizer(model, cfg.optim, cfg.train.steps * updates_per_step, batch)
     train_model = data_parallel_model(model, device) if world.size > 1 else model
     autocast, scaler = autocast_factory(device, precision), gradient_scaler(precision, device)
-    learner = Learner(train_model, optimizer, scheduler, reference, autocast, scaler, world)
+    learner = Learner(train_model, optimizer, scheduler, reference, autocast, scaler, world, updates_per_step)
     train, optim = cfg.train, cfg.optim
     settings = UpdateSettings(
         cfg.rollout.temperature, cfg.rollout.max_new_tokens, train.grad_accum_steps, optim.max_grad_norm, train.layout

@@ -127,14 +127,17 @@ def _knobs(
     leave the training unchanged (grad_accum_steps, checkpointing, autocast), then those that change
     it; when none fits alone, the unchanged-training ones together lead."""
     keep: list[tuple[str, Callable[[TrainConfig], None]]] = []
+    change: list[tuple[str, Callable[[TrainConfig], None]]] = []
     accum = cfg.train.grad_accum_steps * 4
-    keep.append((f"train.grad_accum_steps={accum}", lambda c: setattr(c.train, "grad_accum_steps", accum)))
+    # bnpo's denominator is each micro-batch's tokens (its definition), so only there does it change the update
+    (change if cfg.algo.loss_type == "bnpo" else keep).append(
+        (f"train.grad_accum_steps={accum}", lambda c: setattr(c.train, "grad_accum_steps", accum))
+    )
     if not cfg.model.gradient_checkpointing:
         keep.append(("model.gradient_checkpointing=true", lambda c: setattr(c.model, "gradient_checkpointing", True)))
     if cfg.precision.dtype == "fp32":
         bf16 = PrecisionConfig(dtype="bf16", autocast=True, grad_scaler=False)  # conf/precision/bf16.yaml
         keep.append(("precision=bf16", lambda c: setattr(c, "precision", bf16)))
-    change: list[tuple[str, Callable[[TrainConfig], None]]] = []
     if not cfg.model.lora.enabled:
         change.append(("model.lora.enabled=true", lambda c: setattr(c.model.lora, "enabled", True)))
     if cfg.algo.beta > 0:

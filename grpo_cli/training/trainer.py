@@ -26,6 +26,7 @@ from grpo_cli.data import PromptSampler, check_prompts_per_step, load_examples, 
 from grpo_cli.evaluation import SuccessRule
 from grpo_cli.models import frozen_reference, load_policy, pick_device, set_cpu_threads
 from grpo_cli.monitor import Observer, StepResult
+from grpo_cli.monitor.observer import StageReport, ignore_stage
 from grpo_cli.monitor.resources import peak_memory_mib
 from grpo_cli.rewards import (
     NoRewardLeft,
@@ -70,6 +71,8 @@ class GRPOTrainer:
         self.state = TrainState()
         self.checkpoints = RunCheckpoints(cfg, self.run_dir, self.world)
         self.interrupts = DeferredInterrupt()
+        self.report_stage: StageReport = ignore_stage  # what the step is doing now (commands/train.py: the console)
+        self.sampling_stage = "sampling"  # what the generator's tokens are for: "evaluating" during train.eval_every
 
     # ---- setup -------------------------------------------------------------------------
     def setup(self) -> None:
@@ -106,6 +109,7 @@ class GRPOTrainer:
         self.generator, self.diagnostics["rollout_loop"] = make_generator(
             self.model, self.tokenizer, cfg.rollout, cfg.data.max_prompt_tokens
         )
+        self.generator.on_token = lambda done, total: self.report_stage(self.sampling_stage, done, total)
         self.encoder = PromptEncoder(self.tokenizer, cfg.data.max_prompt_tokens, self.device)
         splits, self.prompt_budget = fit_to_model(
             {"train": train_examples, "eval": eval_examples}, self.encoder, self.model, cfg.data, cfg.rollout
@@ -138,6 +142,7 @@ class GRPOTrainer:
         if world.size > 1:
             torch.manual_seed(world.sampling_seed(cfg.train.seed, self.step_index))
         self.generator.set_step_seed(world.sampling_seed(cfg.train.seed, self.step_index))  # vLLM: per request
+        self.report_stage("sampling", 0, 0)  # the fast loop then counts its tokens (Generator.on_token)
         if self.refill is not None:  # algo.dynamic_sampling: rounds until the groups carry a signal
             return self.train_on(self.refill.fill(self.curriculum.weights(self.step_index)), t0)
         batch = self.sampler.next_batch(cfg.train.prompts_per_step)  # the global batch: the same in every process
@@ -151,6 +156,7 @@ class GRPOTrainer:
         weights = self.curriculum.weights(self.step_index)  # curriculum: by progress through train.steps
         combine = self.world.gather_scores if self.world.size > 1 else None  # fuse the global batch's scores
         examples = self.world.share(batch)
+        self.report_stage("scoring", 0, 0)
         fusion = score_rollout(examples, rollout, self.reward_executor, self.reward_fusion, weights, combine=combine)
         timings = {"generate": t_gen - started, "score": time.perf_counter() - t_gen}
         return self.train_on(ScoredBatch(batch, rollout, fusion, timings), started)
@@ -171,7 +177,7 @@ class GRPOTrainer:
 
         scores = world.rows(rewards).to(self.device)  # NaN: unscorable, out of the loss
         loss_mask = completion_loss_mask(rollout.completion_mask, rollout.truncated, scores, cfg.algo.mask_truncated)
-        lr = self.learner.scheduler.get_last_lr()[0]
+        lr = self.learner.schedule_step(self.step_index)  # by step index, as the curriculum's weights
         epsilons = self.clip.epsilons(nanmean(raw))  # adaptive clipping: this batch against the last ones
         if scored.trains:
             update = policy_update(
@@ -181,6 +187,7 @@ class GRPOTrainer:
                 self.update_settings,
                 epsilons=epsilons,
                 on_first_step=self.interrupts.arm,  # from here a Ctrl-C waits for the step's observers
+                on_micro_batch=lambda done, total: self.report_stage("training", done, total),
             )
         else:  # dynamic sampling found no group with a signal: nothing to learn from, the weights stay
             update = UpdateTotals().stats(self.learner.collective, with_kl=self.learner.reference is not None)
@@ -238,7 +245,9 @@ class GRPOTrainer:
                 result = self.step()
                 evaluating = cfg.train.eval_every and self.step_index % cfg.train.eval_every == 0
                 if evaluating and self.eval_examples and self.world.is_main:  # the main process reports it
+                    self.sampling_stage = "evaluating"
                     result.metrics.update(self.evaluate())
+                    self.sampling_stage = "sampling"
                 self.history.append(result.metrics)
                 for observer in self.observers:
                     observer.on_step(result)

@@ -81,6 +81,53 @@ def test_a_clean_group_option_from_config_dir_passes(tmp_path: Path) -> None:
     check_overrides(["--config-dir", str(tmp_path), "reward=mine"], TrainConfig)
 
 
+# ---- group options ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("override", "says"),
+    [
+        (
+            "curriculum=three_phse",
+            "invalid value curriculum='three_phse': must be one of constant, partial_to_exact, "
+            "phased, three_phase, three_phase_efficiency; did you mean three_phase?",
+        ),
+        (
+            "algo=dapoo",
+            "invalid value algo='dapoo': must be one of cispo, dapo, dr_grpo, grpo, gspo, sapo; did you mean dapo?",
+        ),
+        (
+            "reward=nonexistent",
+            "invalid value reward='nonexistent': must be one of arithmetic, code, exact_match, "
+            "format, last_number, math, overlong",
+        ),
+        ("-m reward=arithmetic,mth", "invalid value reward='mth': must be one of "),
+        ("debug=null", "debug=null: a group choice cannot be null; ~debug drops the group"),
+    ],
+)
+def test_a_group_option_typo_is_one_line_with_the_nearest_and_the_list(override: str, says: str) -> None:
+    """Hydra printed a 14-line block with its search path."""
+    assert _refused(override.split()).startswith(says)
+
+
+def test_a_users_own_option_and_the_packaged_ones_pass(tmp_path: Path) -> None:
+    (tmp_path / "reward").mkdir()
+    (tmp_path / "reward" / "mine.yaml").write_text("functions:\n  - name: a\n    target: exact_match\n")
+    check_overrides(["--config-dir", str(tmp_path), "-m", "reward=mine,math", "algo=dapo", "debug=smoke"], TrainConfig)
+    assert "did you mean mine?" in _refused(["--config-dir", str(tmp_path), "reward=mie"])
+    (tmp_path / "recipe.yaml").write_text("defaults:\n  - train\n  - override algo: dapoo\n  - _self_\n")
+    message = _refused(["--config-dir", str(tmp_path), "-cn", "recipe"])
+    assert (
+        message.startswith(f"{tmp_path / 'recipe.yaml'}: invalid value algo='dapoo'")
+        and "did you mean dapo?" in message
+    )
+
+
+def test_a_sweep_with_cfg_is_one_line_not_a_traceback() -> None:
+    message = _refused(["-m", "optim.lr=1e-3,2e-3", "--cfg", "job"])
+    assert message.startswith("-m with --cfg job: --cfg prints one composed config, and -m composes one per job")
+    assert _refused(["--cfg", "job", "--info"]).startswith("--cfg with --info: give one of")
+    check_overrides(["optim.lr=1e-3", "--cfg", "job"], TrainConfig)
+
+
 # ---- as a user sees it ------------------------------------------------------------------------------
 def test_cli_refuses_a_typo_under_a_list_index() -> None:
     result = run_grpo("train", "+reward.functions.0.wieght=2", "--cfg", "job")

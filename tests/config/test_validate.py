@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from grpo_cli.config.eval_checks import validate_eval
 from grpo_cli.config.keys import check_key
-from grpo_cli.config.schema import RewardConfig, RewardFunctionConfig, TrainConfig
+from grpo_cli.config.rollout_checks import validate_rollout
+from grpo_cli.config.schema import (
+    EvalConfig,
+    RewardConfig,
+    RewardFunctionConfig,
+    RolloutRunConfig,
+    ScoreConfig,
+    TrainConfig,
+)
 from grpo_cli.config.train_checks import validate
 from grpo_cli.errors import GrpoError
 
@@ -66,6 +76,9 @@ def test_the_valid_base_passes_without_warnings() -> None:
         ("data.on_long_prompt", "truncate"),
         ("data.on_long_prompt", "drop"),
         ("model.tiny.hidden_size", 63),  # not a multiple of the 4 heads: a traceback from torch before
+        ("train.save_every", -1),  # step % -1 == 0: a checkpoint at every step (1.5 GB each on SmolLM2)
+        ("train.eval_every", -1),  # likewise an eval at every step
+        ("train.threads", -1),
     ],
 )
 def test_impossible_values_name_key_and_value(key: str, value: Any) -> None:
@@ -159,7 +172,16 @@ def test_hf_model_needs_an_existing_directory(tmp_path: Path) -> None:
     with pytest.raises(GrpoError) as info:
         validate(valid_config(**{"model.kind": "hf", "model.path": str(missing)}))
     assert str(missing) in str(info.value)
-    assert validate(valid_config(**{"model.kind": "hf", "model.path": str(tmp_path)})) == []
+    assert validate(valid_config(**{"model.kind": "hf", "model.path": str(tmp_path), "optim.lr": 1e-5})) == []
+
+
+def test_a_pretrained_model_with_the_tiny_models_lr_is_warned(tmp_path: Path) -> None:
+    """`model=smollm2_135m` logged "effective lr 0.002" and said nothing: 2e-3 is the tiny model's."""
+    hf = {"model.kind": "hf", "model.path": str(tmp_path)}
+    (warning,) = validate(valid_config(**hf))
+    assert warning.startswith("optim.lr=0.002 is the tiny random-init model's default") and "set optim.lr" in warning
+    assert validate(valid_config(**hf, **{"optim.lr": 1e-5})) == []
+    assert validate(valid_config()) == []  # the tiny model's own lr
 
 
 def test_jsonl_data_needs_an_existing_file(tmp_path: Path) -> None:
@@ -172,6 +194,13 @@ def test_jsonl_data_needs_an_existing_file(tmp_path: Path) -> None:
     present = tmp_path / "p.jsonl"
     present.write_text('{"prompt": "1+1=", "answer": "2"}\n')
     assert validate(valid_config(**{"data.kind": "jsonl", "data.path": str(present)})) == []
+
+
+def test_a_directory_as_data_path_is_called_a_directory(tmp_path: Path) -> None:
+    """It said "no such file" of a directory that is plainly there."""
+    with pytest.raises(GrpoError) as info:
+        validate(valid_config(**{"data.kind": "jsonl", "data.path": str(tmp_path)}))
+    assert str(info.value) == (f"data.path={tmp_path}: a directory; data=jsonl reads one file, a JSON object per line")
 
 
 # ---- check_key --------------------------------------------------------------------------------
@@ -201,6 +230,24 @@ def test_check_key_suggests_the_nearest_key(typo: str, meant: str) -> None:
     message = str(info.value)
     assert typo in message
     assert f"did you mean {meant}?" in message
+
+
+@pytest.mark.parametrize(
+    ("key", "schema", "meant"),
+    [
+        ("seed", TrainConfig, "train.seed or data.seed"),  # eval's and rollout's `seed`; it said "sweep"
+        ("threads", TrainConfig, "train.threads"),
+        ("lr", TrainConfig, "optim.lr"),
+        ("steps", TrainConfig, "train.steps or debug.steps"),
+        ("seed", ScoreConfig, "data.seed"),
+        ("hidden_size", EvalConfig, "model.tiny.hidden_size"),
+    ],
+)
+def test_a_key_in_another_section_is_named_there(key: str, schema: type, meant: str) -> None:
+    with pytest.raises(GrpoError) as info:
+        check_key(key, schema)
+    assert str(info.value) == f"unknown config key {key}; did you mean {meant}?"
+    check_key("seed", EvalConfig)  # eval's own
 
 
 def test_check_key_without_a_near_key_still_names_it() -> None:
@@ -308,3 +355,10 @@ def test_loss_family_combinations_that_cannot_mean_anything_are_refused(
 )
 def test_each_loss_family_knob_alone_passes(overrides: dict[str, Any]) -> None:
     assert validate(valid_config(**overrides)) == []
+
+
+@pytest.mark.parametrize("validate_command", [validate_eval, validate_rollout])
+def test_eval_and_rollout_refuse_negative_threads(validate_command: Callable[[Any], None]) -> None:
+    cfg = EvalConfig(threads=-1) if validate_command is validate_eval else RolloutRunConfig(threads=-1)
+    with pytest.raises(GrpoError, match=r"^invalid value threads=-1: must be >= 0 \(0: auto\)$"):
+        validate_command(cfg)

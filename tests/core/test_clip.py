@@ -10,7 +10,7 @@ import pytest
 
 from grpo_cli.config.schema import AdaptiveClipConfig, AlgoConfig, TrainConfig
 from grpo_cli.config.train_checks import validate
-from grpo_cli.core.clip import AdaptiveClip
+from grpo_cli.core.clip import AdaptiveClip, widest_epsilon_high
 from grpo_cli.errors import GrpoError
 
 NAN = math.nan
@@ -121,3 +121,29 @@ def test_enabling_it_on_a_preset_of_another_scale_warns():
     gspo = AlgoConfig(epsilon_low=3e-4, epsilon_high=4e-4, adaptive_clip=AdaptiveClipConfig(enabled=True))
     assert any("algo.adaptive_clip.base=0.15 replaces" in w for w in validate(TrainConfig(algo=gspo)))
     assert validate(TrainConfig(algo=AlgoConfig(adaptive_clip=AdaptiveClipConfig(enabled=True)))) == []
+
+
+def test_the_widest_epsilon_high_is_the_one_paired_with_the_ceiling_and_is_reached():
+    """epsilon 0.2/0.28, max 0.3: a batch far above the trend drives ε_t to its ceiling, where ε_high is
+    0.3·0.28/0.2 = 0.42, and no series of batch means goes past it."""
+    clip = make(epsilon_high=0.28)
+    pairs = feed(clip, 0.1, 0.2, 0.1, 5.0) + feed(make(epsilon_high=0.28), *[(-1) ** i * i for i in range(20)])
+    widest = widest_epsilon_high(clip.cfg, 0.2, 0.28)
+    assert widest == pytest.approx(0.42)
+    assert pairs[3] == pytest.approx((0.3, widest))  # reached
+    assert max(high for _, high in pairs) == pytest.approx(widest)
+    assert widest_epsilon_high(AdaptiveClipConfig(), 0.2, 0.28) == 0.28  # disabled: the configured bound
+
+
+def test_delta_must_clear_the_widest_epsilon_high_the_adaptive_clip_reaches():
+    """delta 1.3 clears epsilon_high 0.28, but the adaptive clip widens it to 0.42: with it on, the
+    cap would sit inside the clip range, no longer TRL's two-sided clip. Refused at start-up, naming
+    the bound; 1.5 passes."""
+    cfg = TrainConfig()
+    cfg.algo.epsilon_high, cfg.algo.delta = 0.28, 1.3
+    assert validate(cfg) == []
+    cfg.algo.adaptive_clip.enabled = True
+    with pytest.raises(GrpoError, match=r"algo\.delta=1\.3: must be > 1\.42 \(1 \+ algo\.adaptive_clip\.max·"):
+        validate(cfg)
+    cfg.algo.delta = 1.5
+    assert validate(cfg) == []

@@ -9,6 +9,7 @@ from grpo_cli.core.loss import (
     LossNormalizer,
     aggregate_loss,
     clipped_surrogate,
+    dual_clip,
     importance_ratio,
     kl_penalty,
 )
@@ -249,3 +250,16 @@ def test_sequence_ratio_of_empty_sequence_is_finite():
 def test_unknown_ratio_level_is_an_error():
     with pytest.raises(ValueError):
         importance_ratio(torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 2), "word")
+
+
+def test_dual_clip_caps_only_a_negative_advantage_past_its_cap():
+    """c = 3, one token per row. A = -1 with loss 5: capped at 3, no gradient. A = -1 with loss
+    exactly 3: the cap changes nothing, so it is not counted as capped and its gradient flows (the
+    clip's indicators count only tokens whose objective changed). A = 0 and A = 1: never capped,
+    whatever the loss (the cap -c·A is for negative advantages only)."""
+    loss = torch.tensor([[5.0], [3.0], [0.5], [5.0]], requires_grad=True)
+    out, capped = dual_clip(loss, torch.tensor([-1.0, -1.0, 0.0, 1.0]), 3.0)
+    out.sum().backward()
+    assert out.detach().flatten().tolist() == [3.0, 3.0, 0.5, 5.0]
+    assert capped.flatten().tolist() == [True, False, False, False]
+    assert loss.grad.flatten().tolist() == [0.0, 1.0, 1.0, 1.0]

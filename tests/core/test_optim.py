@@ -3,12 +3,14 @@ completions per optimizer step; build_optimizer builds AdamW at that lr. Worked 
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
 from grpo_cli.config.schema import OptimConfig, TrainConfig
 from grpo_cli.config.train_checks import validate
-from grpo_cli.core.optim import build_optimizer, completions_per_step, effective_lr
+from grpo_cli.core.optim import build_optimizer, completions_per_step, effective_lr, schedule_at
 from grpo_cli.errors import GrpoError
 
 
@@ -92,3 +94,22 @@ def test_the_optimizer_is_torchs_fused_adamw_and_steps_as_the_per_tensor_loop_do
             opt.step()
     for a, b in zip(model.parameters(), twin.parameters()):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("scheduler", ["constant", "linear", "cosine"])
+def test_schedule_at_a_position_is_the_lr_stepping_reaches_there(scheduler):
+    """Warmup 3 of 12 steps: moving the schedule to any position, forwards or back, gives the lr that
+    stepping from the start reaches at that position, without torch's optimizer-order warning."""
+    stepped_optimizer, stepped = build_optimizer(torch.nn.Linear(2, 1), optim(scheduler=scheduler, warmup_steps=3), 12)
+    reached = [stepped.get_last_lr()[0]]
+    for _ in range(12):
+        stepped_optimizer.step()
+        stepped.step()
+        reached.append(stepped.get_last_lr()[0])
+    assert len(set(reached)) > 2  # warmup then the schedule: the lr moves
+    optimizer, schedule = build_optimizer(torch.nn.Linear(2, 1), optim(scheduler=scheduler, warmup_steps=3), 12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for position in (7, 0, 12, 3, 5):
+            assert schedule_at(schedule, position) == reached[position]
+            assert optimizer.param_groups[0]["lr"] == reached[position] and schedule.last_epoch == position

@@ -17,6 +17,15 @@ from grpo_cli.core.update import Learner, UpdateBatch, UpdateSettings, plan_mini
 from tests.core.conftest import NEW, G, advantages_for, flat
 
 
+def completion_logps(model, rollout) -> torch.Tensor:
+    """[N, C] log-probs of the sampled completion tokens, from the model's logits over the whole sequence."""
+    ids = torch.cat([rollout.prompt_ids, rollout.completion_ids], 1)
+    mask = torch.cat([rollout.prompt_mask, rollout.completion_mask], 1)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits
+    logps = torch.log_softmax(logits[:, -rollout.completion_ids.size(1) - 1 : -1].float(), -1)
+    return logps.gather(-1, rollout.completion_ids.unsqueeze(-1)).squeeze(-1)
+
+
 def run_update(
     model,
     rollout,
@@ -117,6 +126,65 @@ def test_a_non_finite_step_leaves_weights_and_optimizer_state_untouched(base_mod
     assert opt.state_dict()["state"] == {}  # Adam's moments were never touched
     assert sched.last_epoch == 0  # a skipped step is not a step of the schedule
     assert math.isnan(stats.grad_norm)  # no applied step: no norm to report, not an inf
+
+
+def test_a_non_finite_loss_skips_the_step_even_when_its_gradient_is_finite(base_model, rollout) -> None:
+    """A reference whose log-probs are near -1e38 (its last norm scaled up): k3 ≈ ref − lp per token,
+    whose sum overflows to inf, while its gradient, 1 − exp(ref − lp) = 1 per token, stays finite.
+    The loss decides too: an inf loss would otherwise be applied and logged."""
+    reference = copy.deepcopy(base_model)
+    with torch.no_grad():
+        reference.model.norm.weight.mul_(1e37)
+    model = copy.deepcopy(base_model)
+    before = flat(model).clone()
+    algo, adv = AlgoConfig(beta=1.0, loss_type="dapo"), advantages_for(rollout)
+    stats, opt, _ = run_update(model, rollout, adv, algo=algo, optimizer="adamw", reference=reference)
+    assert stats.kl == math.inf  # the premise: the KL, and so the loss, overflowed
+    assert stats.skipped_updates == 1 and stats.optimizer_steps == 0
+    assert torch.equal(flat(model), before) and opt.state_dict()["state"] == {}
+
+
+def test_the_logged_kl_is_the_mean_over_the_loss_tokens_only(base_model, rollout) -> None:
+    """k3 against a perturbed reference, from the two models' own logits, averaged over the loss
+    mask's tokens: rows out of the loss (unscorable, or truncated and masked) are not in it."""
+    reference = copy.deepcopy(base_model)
+    torch.manual_seed(6)
+    with torch.no_grad():
+        for p in reference.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    mask = rollout.completion_mask.float()
+    mask[::3] = 0
+    with torch.no_grad():
+        policy, ref = completion_logps(base_model, rollout), completion_logps(reference, rollout)
+    k3 = torch.exp(ref - policy) - (ref - policy) - 1
+    expected = ((k3 * mask).sum() / mask.sum()).item()
+    everywhere = ((k3 * rollout.completion_mask).sum() / rollout.completion_mask.sum()).item()
+    assert expected > 1e-3 and abs(everywhere - expected) > 1e-4  # the masked rows would change the figure
+    model, adv = copy.deepcopy(base_model), advantages_for(rollout)
+    stats, _, _ = run_update(model, rollout, adv, mask, AlgoConfig(beta=0.04), reference=reference)
+    assert stats.kl == pytest.approx(expected, rel=1e-5)
+
+
+def test_bnpo_normalises_each_micro_batch_by_its_own_loss_tokens(base_model, rollout) -> None:
+    """bnpo (TRL's) is the mean over micro-batches of each one's token mean: with SGD at lr 1 and one
+    update, two micro-batches move the weights by the mean of what each one's token mean (dapo's
+    loss on it alone) moves them. Rows out of the loss in the first micro-batch make its token count
+    differ from the second's."""
+    torch.manual_seed(1)  # run_update's seed: the same mini-batch order
+    first, second = plan_mini_batches(rollout.completion_ids.size(0) // G, G, 1)[0].tensor_split(2)
+    mask = rollout.completion_mask.float()
+    mask[first[:3]] = 0
+    adv, start, algo = advantages_for(rollout, seed=4), flat(base_model), AlgoConfig(loss_type="bnpo")
+    split = copy.deepcopy(base_model)
+    run_update(split, rollout, adv, mask, algo, grad_accum=2)
+    moves = []
+    for rows in (first, second):
+        alone = copy.deepcopy(base_model)
+        one_batch = rollout.select(rows, group_size=rows.numel())
+        run_update(alone, one_batch, adv[rows], mask[rows], AlgoConfig(loss_type="dapo"))
+        moves.append(flat(alone) - start)
+    assert mask[first].sum() != mask[second].sum()
+    torch.testing.assert_close(flat(split) - start, (moves[0] + moves[1]) / 2, rtol=0, atol=1e-6)
 
 
 def test_a_skipped_mini_batch_does_not_poison_the_logged_grad_norm(base_model, rollout) -> None:

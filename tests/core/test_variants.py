@@ -195,7 +195,7 @@ def test_the_entropy_bonus_is_the_steps_mean_entropy_over_its_loss_tokens(base_m
     logits; rows out of the loss mask count in neither the sum nor the count, and the micro-batches
     (of unequal token counts) share one mean."""
     mask = rollout.completion_mask.float()
-    mask[[0, 5, 6, 13, 22]] = 0  # three micro-batches of 8 rows keep 6, 6 and 7 rows
+    mask[[0, 5, 6, 13, 22]] = 0  # out of the loss: the micro-batches keep unequal token counts
     coef, reference = 0.5, copy.deepcopy(base_model)
     ids = torch.cat([rollout.prompt_ids, rollout.completion_ids], 1)
     attention = torch.cat([rollout.prompt_mask, rollout.completion_mask], 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import operator
 import re
 from pathlib import Path
@@ -77,6 +78,25 @@ def test_split_is_seeded() -> None:
     examples = arithmetic_examples(100, 20, ["+"], seed=0)
     assert split_examples(examples, 0.2, seed=5) == split_examples(examples, 0.2, seed=5)
     assert split_examples(examples, 0.2, seed=5)[1] != split_examples(examples, 0.2, seed=6)[1]
+
+
+@pytest.mark.parametrize(("rows", "eval_fraction", "warned"), [(40, 0.05, True), (200, 0.05, False), (40, 0.0, False)])
+def test_a_held_out_side_of_a_few_prompts_is_said_out_loud(
+    rows: int, eval_fraction: float, warned: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 40-row file at data=jsonl's 0.05 held out 2 prompts and said nothing; the split is unchanged."""
+    examples = arithmetic_examples(rows, 20, ["+"], seed=0)
+    with caplog.at_level(logging.WARNING, logger="grpo"):
+        _, held_out = split_examples(examples, eval_fraction, seed=0)
+    assert len(held_out) == int(rows * eval_fraction)
+    said = [r.getMessage() for r in caplog.records]
+    if warned:
+        assert said == [
+            "data.eval_fraction=0.05 holds out 2 of 40 examples: an accuracy over them moves in steps of 50%; "
+            "raise data.eval_fraction for 10 or more, or set it to 0 to train on all 40"
+        ]
+    else:
+        assert said == []
 
 
 def test_split_keeps_at_least_one_training_example() -> None:

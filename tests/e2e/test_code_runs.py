@@ -102,7 +102,7 @@ def test_score_summary_names_the_backend(runs: tuple[Background, Path]) -> None:
     background, root = runs
     result = background.result("score_summary_names_the_backend")
     assert result.returncode == 0, result.stderr[-3000:]
-    summary = json.loads((root / "score" / "score_summary.json").read_text())
+    summary = json.loads((root / "score" / "scored.jsonl.summary.json").read_text())
     assert summary["sandbox_backend"] in BACKENDS
     scored = json.loads((root / "score" / "scored.jsonl").read_text())
     assert [c["rewards"]["code_tests"] for c in scored["completions"]] == [1.0, 0.5]  # 2*2 == 2**2 passes once

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -170,3 +171,36 @@ def test_grpo_export_on_the_command_line(lora_run: Path, tmp_path: Path) -> None
     assert result.returncode == 0, result.stderr[-3000:]
     assert "largest |logit difference|" in result.stderr and "tolerance" in result.stderr
     assert tensor_dtypes(output / "model.safetensors") == {torch.float16}
+
+
+def test_a_place_that_cannot_be_written_is_one_line_and_leaves_nothing(full_run: Path) -> None:
+    """It was a PermissionError traceback. sysfs refuses a new directory to root as well (EPERM),
+    where a read-only directory would not."""
+    output = Path("/sys/grpo_export_test/model")
+    if not Path("/sys").is_dir() or output.parent.exists():
+        pytest.skip("needs a /sys that refuses new directories")
+    with pytest.raises(GrpoError) as info:
+        run_export(ExportConfig(checkpoint=str(full_run), output=str(output)))
+    assert re.fullmatch(
+        rf"output={output}: /sys/grpo_export_test: .* \((EPERM|EACCES)\); nothing was written", str(info.value)
+    )
+    assert not output.parent.exists()
+
+
+def test_ctrl_c_during_an_export_is_one_line_and_leaves_nothing(
+    full_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C while the directory is half written (the weights saved, the tokenizer not yet): it was
+    a KeyboardInterrupt traceback. The staging directory and the parents made for it go."""
+    from transformers import PreTrainedTokenizerBase
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(PreTrainedTokenizerBase, "save_pretrained", interrupted)  # transformers', not ours
+    output = tmp_path / "new" / "deeper" / "model"
+    with pytest.raises(SystemExit) as exit_info:
+        run_export(ExportConfig(checkpoint=str(full_run), output=str(output)))
+    assert exit_info.value.code == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"interrupted: nothing was written to {output}"
+    assert list(tmp_path.iterdir()) == []

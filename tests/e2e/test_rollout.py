@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from grpo_cli import __version__
-from grpo_cli.commands.rollout import run_rollout
+from grpo_cli.commands.rollout import rollout_settings, run_rollout
 from grpo_cli.commands.score import run_score
 from grpo_cli.config.schema import RolloutRunConfig, ScoreConfig
 from grpo_cli.data import load_examples, split_examples
@@ -27,9 +27,10 @@ from tests.conftest import REPO, Background
 
 
 def rollout_config(model_dir: Path, output: Path, **top: object) -> RolloutRunConfig:
-    """The default run on the saved tiny model, with small sampling settings."""
-    cfg = RolloutRunConfig(output=str(output), console="quiet", max_prompts=12, batch_size=5)
-    cfg.model.path = str(model_dir)
+    """The default run on the saved tiny model (loaded as any model directory is), with small
+    sampling settings, on one thread as the tiny model gets by itself."""
+    cfg = RolloutRunConfig(output=str(output), console="quiet", max_prompts=12, batch_size=5, threads=1)
+    cfg.model.kind, cfg.model.path = "hf", str(model_dir)
     cfg.rollout.num_generations = 3
     cfg.rollout.max_new_tokens = 48
     for key, value in top.items():
@@ -70,9 +71,21 @@ def test_the_file_is_what_score_reads(tiny_model_dir: Path, tmp_path: Path) -> N
     assert len(completions) == 12 * 3
     assert all(set(c["rewards"]) == {"exact_match", "partial_credit"} for c in completions)
     assert all(isinstance(c["reward"], float) and isinstance(c["advantage"], float) for c in completions)
-    summary = json.loads((tmp_path / "score_summary.json").read_text())
+    summary = json.loads((tmp_path / "scored.jsonl.summary.json").read_text())
     assert summary["prompts"] == 12 and summary["group_size"] == 3
     assert summary["reward"]["mean"] == pytest.approx(mean_reward)
+
+
+def test_the_settings_name_a_hub_id_as_given_and_a_local_model_by_its_absolute_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resume compares these: a hub id made absolute (CWD/ORG/NAME) would differ from every other directory."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models" / "mine").mkdir(parents=True)  # here, so not the hub's
+    cfg = rollout_config(Path("models/mine"), tmp_path / "r.jsonl")
+    assert rollout_settings(cfg, "fp32", [])["model"]["path"] == str(tmp_path / "models" / "mine")
+    cfg.model.path = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert rollout_settings(cfg, "fp32", [])["model"]["path"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
 def test_same_seed_same_file_other_seed_other_file(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -166,7 +179,8 @@ def run_and_kill(model_dir: Path, root: Path) -> tuple[int, list[str], str]:
     status, the file's complete lines, stderr)."""
     output = root / "killed.jsonl"
     overrides = [f"{k}={v}" for k, v in KILLED_SETTINGS.items()]
-    overrides += [f"model.path={model_dir}", f"output={output}", f"max_prompts={KILLED_TOTAL}", f"hydra.run.dir={root}"]
+    overrides += ["model=hf", f"model.path={model_dir}", "threads=1", f"output={output}", f"max_prompts={KILLED_TOTAL}"]
+    overrides.append(f"hydra.run.dir={root}")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("HYDRA_FULL_ERROR", None)
     process = subprocess.Popen(

@@ -93,7 +93,7 @@ def test_score_writes_rewards_fused_reward_and_group_advantages(runs: tuple[Back
         assert abs(c["advantage"] - (c["reward"] - mean) / (std + 1e-4)) < 1e-6
     assert [c["advantage"] for c in rows[1]["completions"]] == [0.0] * 4  # zero-variance group
     assert first[0]["token_count"] == 2  # input fields are kept
-    summary = json.loads((scored.parent / "score_summary.json").read_text())
+    summary = json.loads((scored.parent / "scored.jsonl.summary.json").read_text())
     assert summary["prompts"] == 2 and summary["completions"] == 8
     assert summary["functions"]["exact_match"]["mean"] == 6 / 8
     assert summary["functions"]["exact_match"]["nan_count"] == 0
@@ -108,7 +108,7 @@ def test_failing_function_is_masked_with_an_alert_and_its_fallback_takes_over(ru
     result = background.result("failing_function_is_masked_with_an_alert_and_its_fallback_takes_over")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "broken" in result.stderr and "alert" in result.stderr.lower()
-    summary = json.loads((root / "masked" / "score_summary.json").read_text())
+    summary = json.loads((root / "masked" / "scored.jsonl.summary.json").read_text())
     assert summary["masked_functions"] == ["broken"]
     assert len(summary["alerts"]) == 1
     assert summary["functions"]["broken"]["nan_count"] == 10
@@ -133,3 +133,31 @@ def test_mixed_group_sizes_are_refused(runs: tuple[Background, Path]) -> None:
     result = background.result("mixed_group_sizes_are_refused")
     assert result.returncode != 0
     assert f"{root / 'mixed' / 'rollouts.jsonl'}:2: 3 completions, expected 2" in result.stderr
+
+
+def test_two_scorings_in_one_directory_keep_their_own_summaries(tmp_path: Path) -> None:
+    """In process, through run_score as the CLI calls it: a second scoring here overwrote the first
+    one's score_summary.json. Each summary is now named after its output; an existing one is refused."""
+    from grpo_cli.commands.score import run_score
+    from grpo_cli.config.schema import RewardFunctionConfig, ScoreConfig
+    from grpo_cli.errors import GrpoError
+
+    write_rollouts(tmp_path / "rollouts.jsonl", [("1+1=", "2", ["2", "3"]), ("2+2=", "4", ["4", "4"])])
+    exact = ScoreConfig(input=str(tmp_path / "rollouts.jsonl"), output=str(tmp_path / "exact.jsonl"))
+    lenient = ScoreConfig(input=exact.input, output=str(tmp_path / "lenient.jsonl"))
+    lenient.reward.functions = [RewardFunctionConfig(name="partial", target="answer_partial_credit")]
+    run_score(exact)
+    run_score(lenient)
+    summaries = {
+        name: json.loads((tmp_path / f"{name}.jsonl.summary.json").read_text()) for name in ("exact", "lenient")
+    }
+    assert set(summaries["exact"]["functions"]) == {"exact_match", "partial_credit"}
+    assert set(summaries["lenient"]["functions"]) == {"partial"}
+    taken = ScoreConfig(
+        input=exact.input, output=str(tmp_path / "third.jsonl"), summary=str(tmp_path / "exact.jsonl.summary.json")
+    )
+    with pytest.raises(
+        GrpoError, match=r"^summary=.*exact\.jsonl\.summary\.json already exists: grpo score does not overwrite"
+    ):
+        run_score(taken)
+    assert not (tmp_path / "third.jsonl").exists()  # refused before any work

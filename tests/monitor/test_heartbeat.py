@@ -5,13 +5,16 @@ from __future__ import annotations
 import io
 import logging
 import time
+from pathlib import Path
 
 import pytest
 from rich.console import Console
 
+from grpo_cli.config.schema import TrainConfig
 from grpo_cli.monitor.console import TrainingConsole
 from grpo_cli.monitor.heartbeat import HEARTBEAT_S, Heartbeat
 from grpo_cli.monitor.progress import PromptProgress
+from grpo_cli.training import GRPOTrainer
 
 
 def plain_console() -> Console:
@@ -58,3 +61,43 @@ def test_a_resumed_run_counts_its_steps_but_not_towards_the_rate() -> None:
     beat.start = time.monotonic() - 10  # one step of this run in 10 s: 59 to go take 590 s, not 59 * 10 / 41
     beat.advance(1)
     assert beat.eta() == "9m50s"
+
+
+def test_between_steps_the_line_says_what_the_step_is_doing(tmp_path: Path) -> None:
+    """A real model's first step takes minutes (`train: 0/2 steps, 10m00s elapsed, ETA -` said
+    nothing): the line names the stage the trainer reports, sampling (tokens of
+    rollout.max_new_tokens), scoring, training (micro-batch k of the update's n), and drops it once
+    the step is done."""
+    cfg = TrainConfig()
+    cfg.train.steps, cfg.train.prompts_per_step, cfg.rollout.num_generations = 1, 2, 4
+    # 2 iterations x 2 mini-batches (one group each) x 2 accumulated micro-batches: 8 passes
+    cfg.algo.num_iterations, cfg.algo.mini_batches, cfg.train.grad_accum_steps = 2, 2, 2
+    progress = TrainingConsole(cfg.train.steps, "plain", plain_console())
+    said: list[str] = []
+
+    def report(stage: str, done: int, total: int) -> None:
+        progress.stage(stage, done, total)
+        said.append(progress.heartbeat.line().split("; ", 1)[1])
+
+    trainer = GRPOTrainer(cfg, tmp_path, [progress])
+    trainer.report_stage = report
+    trainer.setup()
+    with progress:
+        trainer.train()
+    trainer.cleanup()
+    budget = cfg.rollout.max_new_tokens
+    assert said[0] == "step 1: sampling"  # before the first token: all a loop that counts none can say
+    sampled = [line for line in said[1:] if "sampling" in line]
+    assert 1 <= len(sampled) <= budget
+    assert sampled == [f"step 1: sampling, {k}/{budget} tokens" for k in range(1, len(sampled) + 1)]
+    training = [f"step 1: training, micro-batch {k}/8" for k in range(1, 9)]
+    assert said[1 + len(sampled) :] == ["step 1: scoring", *training]
+    assert progress.heartbeat.line().startswith("train: 1/1 steps") and "; " not in progress.heartbeat.line()
+
+
+def test_the_live_panel_shows_the_stage_too() -> None:
+    buffer = io.StringIO()
+    with TrainingConsole(2, "rich", Console(file=buffer, force_terminal=True, width=100)) as shown:
+        shown.stage("training", 3, 8)
+        shown.live.refresh()
+    assert "step 1: training, micro-batch 3/8" in buffer.getvalue()

@@ -76,6 +76,15 @@ def texts(ax) -> list[str]:
     return [t.get_text() for t in ax.texts]
 
 
+def shown_labels(ax) -> list:
+    """The axis and tick labels an axes shows, as matplotlib Text objects (after a draw): ticks
+    outside the view are never drawn."""
+    (x0, x1), (y0, y1) = sorted(ax.get_xlim()), sorted(ax.get_ylim())
+    ticks = [t for t in ax.get_xticklabels() if x0 <= t.get_position()[0] <= x1]
+    ticks += [t for t in ax.get_yticklabels() if y0 <= t.get_position()[1] <= y1]
+    return [text for text in [ax.xaxis.label, ax.yaxis.label, *ticks] if text.get_visible() and text.get_text()]
+
+
 # ---- reading metrics.jsonl ------------------------------------------------------------------------
 def test_a_running_run_is_read_up_to_its_partial_last_line(tmp_path: Path) -> None:
     run = write_run(tmp_path / "run", tail='{"step": 4, "reward/me')
@@ -214,14 +223,12 @@ def test_series_that_coincide_both_stay_visible() -> None:
 
 def test_in_an_overlay_the_first_run_shows_around_the_second_where_they_agree() -> None:
     """Two runs of the same values: run 1's lines lie on run 0's, and within a run equal series
-    may lie on one another too; every line is drawn inside all the lines drawn before it."""
+    may lie on one another too. Run 0 is drawn wider; every marker is smaller than those before it."""
     lines = panels(curves_figure([("lr=1", ROWS), ("lr=2", ROWS)]))["reward"].lines
-    widths, sizes = [line.get_linewidth() for line in lines], [line.get_markersize() for line in lines]
-    assert (
-        len(lines) == 6
-        and all(a > b for a, b in zip(widths, widths[1:]))
-        and all(a > b for a, b in zip(sizes, sizes[1:]))
-    )
+    assert len(lines) == 6  # run 0's three series, then run 1's
+    assert all(a.get_linewidth() > b.get_linewidth() for a, b in zip(lines[:3], lines[3:]))
+    sizes = [line.get_markersize() for line in lines]
+    assert all(a > b for a, b in zip(sizes, sizes[1:]))
 
 
 def test_a_panel_without_data_says_so_and_draws_no_empty_box() -> None:
@@ -233,6 +240,18 @@ def test_a_panel_without_data_says_so_and_draws_no_empty_box() -> None:
     assert not any(line.get_visible() for line in empty.get_ygridlines())
     assert full.get_frame_on() and full.get_ylabel() == "mean reward"
     assert any(line.get_visible() for line in full.get_ygridlines())
+    # the lowest panel with data in a column shows the steps; no label runs into a panel's title
+    fig = full.figure
+    fig.draw_without_rendering()
+    assert [t.get_text() for t in shown_labels(full) if t in full.get_xticklabels()] == ["1", "2", "3"]
+    for ax in fig.axes:
+        for other in fig.axes:
+            for text in shown_labels(ax):
+                assert not text.get_window_extent().overlaps(other.title.get_window_extent()), (
+                    ax.get_title(),
+                    text.get_text(),
+                    other.get_title(),
+                )
 
 
 def test_a_heatmap_without_a_failure_says_so() -> None:
@@ -248,11 +267,13 @@ def test_the_overlay_legend_covers_no_panel_and_no_label() -> None:
     legend = fig.legends[0].get_window_extent()
     assert legend.x0 >= 0 and legend.y0 >= 0 and legend.x1 <= fig.bbox.x1 and legend.y1 <= fig.bbox.y1
     assert [t.get_text() for t in fig.legends[0].get_texts()] == labels
+    step = fig._supxlabel  # "step", once under the grid
+    assert step.get_text() == "step" and not legend.overlaps(step.get_window_extent())
     for ax in fig.axes:
         assert not legend.overlaps(ax.get_window_extent()), ax.get_title()
-        for text in [ax.xaxis.label, ax.yaxis.label, *ax.get_xticklabels(), *ax.get_yticklabels()]:
-            if text.get_visible() and text.get_text():
-                assert not legend.overlaps(text.get_window_extent()), (ax.get_title(), text.get_text())
+        assert step.get_window_extent().y1 < ax.get_window_extent().y0
+        for text in shown_labels(ax):
+            assert not legend.overlaps(text.get_window_extent()), (ax.get_title(), text.get_text())
 
 
 # ---- finding and naming runs ----------------------------------------------------------------------

@@ -106,8 +106,8 @@ def test_completions_are_a_markdown_table_that_renders(run: tuple[Path, list[Ste
     events = read_events(run_dir / "tb")
     (tag,) = events.Tags()["tensors"]
     assert tag == "completions/text_summary"
-    assert [e.step for e in events.Tensors(tag)] == [2]  # log_completions_every=2 of 3 steps
-    text_array = tensor_util.make_ndarray(events.Tensors(tag)[0].tensor_proto)
+    assert [e.step for e in events.Tensors(tag)] == [1, 2]  # the first, then log_completions_every=2 of 3 steps
+    text_array = tensor_util.make_ndarray(events.Tensors(tag)[1].tensor_proto)  # step 2's
     text = text_array.item().decode()
     samples = results[1].samples
     assert text == completions_table(samples)

@@ -18,6 +18,7 @@ CASES = {  # (algo.scale_rewards, algo.loss_type): the ones whose maths reads th
     "batch_scaled": ("batch", "grpo"),
     "dapo": ("group", "dapo"),
     "bnpo": ("batch", "bnpo"),
+    "entropy_terms": ("group", "dapo"),  # and main()'s high-entropy selection and bonus: the step's tokens
 }
 
 
@@ -65,6 +66,8 @@ def main(model_dir: str, run_root: str, out: str) -> None:
     results = {}
     for name, (scale_rewards, loss_type) in CASES.items():
         cfg = config(model_dir, scale_rewards, loss_type)
+        if name == "entropy_terms":  # the quantile and the mean over every process and micro-batch of the step
+            cfg.algo.top_entropy_quantile, cfg.algo.entropy_coef = 0.5, 0.05
         run_dir = Path(run_root) / name
         world = join_world(cfg, run_dir)
         trainer = GRPOTrainer(cfg, run_dir, [], world)

@@ -3,6 +3,7 @@ exact `linear` blend, user phases from the command line, and the start-up errors
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import io
 import logging
@@ -42,8 +43,14 @@ def column(curriculum: RewardCurriculum, name: str, steps: int) -> list[float]:
 
 
 @pytest.fixture(scope="module")
-def code_three_phase() -> TrainConfig:
+def composed_three_phase() -> TrainConfig:
     return composed("reward=code", "curriculum=three_phase")
+
+
+@pytest.fixture
+def code_three_phase(composed_three_phase: TrainConfig) -> TrainConfig:
+    """A copy per test (composing is slow, once per module): the linear tests set interpolate on theirs."""
+    return copy.deepcopy(composed_three_phase)
 
 
 # ---- constant ----------------------------------------------------------------------------------
@@ -122,6 +129,39 @@ def test_linear_equals_step_at_phase_midpoints(code_three_phase: TrainConfig, st
     stepped = curriculum_of(code_three_phase, 10)
     code_three_phase.curriculum.interpolate = "linear"
     assert curriculum_of(code_three_phase, 10).weights(step) == pytest.approx(stepped.weights(step))
+
+
+def test_linear_announcements_say_where_the_blend_goes_and_the_last_phase_holds() -> None:
+    curriculum = curriculum_of(composed("reward=code", "curriculum=three_phase", "curriculum.interpolate=linear"), 10)
+    said = [line for s in range(10) if (line := curriculum.announcement(s, first=s == 0))]
+    notes = [line.partition("(curriculum.interpolate=linear: ")[2] for line in said]
+    assert notes == [
+        "phase 1's weights to step 2, then blended towards phase 2's)",  # midpoint 0.1: step 2 of 10
+        "blended towards phase 2's weights, reached at step 5, then towards phase 3's)",  # midpoint 0.4
+        "blended towards phase 3's weights, reached at step 9 and held to the end)",  # the last: no next phase
+    ]
+    assert said[2].startswith(
+        "curriculum three_phase: phase 3 of 3 from step 7 of 10 (60%): "
+        "code_tests 0.45, code_compiles 0.2, code_style 0.35"  # half way from phase 2's to phase 3's
+    )
+    # a resume past the last midpoint: the weights no longer move
+    assert curriculum.announcement(9, first=True).endswith(
+        "(curriculum.interpolate=linear: phase 3's weights, held to the end)"
+    )
+
+
+def test_the_last_phase_lasts_to_the_end_of_the_run_whatever_its_until() -> None:
+    """Phases ending at 0.4 and 0.8 on 10 steps: the last covers [0.4, 1], midpoint 0.7 (not 0.6)."""
+    phases = (CurriculumPhase(0.4, {"exact_match": 2.0}), CurriculumPhase(0.8, {"exact_match": 0.0}))
+    linear = curriculum_of(phased(*phases, interpolate="linear"), 10)
+    # held to midpoint 0.2, then 2.0 -> 0.0 over the 0.5 of progress to midpoint 0.7
+    assert column(linear, "exact_match", 10) == pytest.approx([2.0, 2.0, 2.0, 1.6, 1.2, 0.8, 0.4, 0.0, 0.0, 0.0])
+    assert linear.announcement(4, first=False) == (
+        "curriculum phased: phase 2 of 2 from step 5 of 10 (40%): exact_match 1.2, partial_credit 1 "
+        "(curriculum.interpolate=linear: blended towards phase 2's weights, reached at step 8 and held to the end)"
+    )
+    stepped = curriculum_of(phased(*phases), 10)
+    assert [stepped.phase(s) for s in range(10)] == [0] * 4 + [1] * 6  # p >= 0.8 too: still the last phase
 
 
 def test_partial_to_exact_moves_weight_to_exact_match() -> None:

@@ -56,10 +56,11 @@ def one_and_two(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     return torch.load(root / "one.pt"), torch.load(root / "two.pt")
 
 
-@pytest.mark.parametrize("case", ["batch_scaled", "dapo", "bnpo"])
+@pytest.mark.parametrize("case", ["batch_scaled", "dapo", "bnpo", "entropy_terms"])
 def test_two_processes_compute_the_single_process_update(one_and_two: tuple[dict, dict], case: str) -> None:
     """scale_rewards=batch needs the batch's std, dapo/bnpo the batch's token count (the two
-    processes' shares differ: 15 tokens against 48), dapo also across accumulated micro-batches."""
+    processes' shares differ: 15 tokens against 48), dapo also across accumulated micro-batches;
+    top_entropy_quantile's threshold and the entropy bonus's mean, the step's tokens over both."""
     one, two = one_and_two[0][case], one_and_two[1][case]
     assert (one["processes"], two["processes"]) == (1, 2)
     lengths = one["lengths"]

@@ -150,3 +150,14 @@ def test_plan_true_prints_the_table_and_loads_nothing(tmp_path: Path) -> None:
         assert name in out
     assert not (run_dir / "checkpoints").exists() and not (run_dir / "metrics.jsonl").exists()
     assert not (run_dir / "tiny_model").exists()  # not even the tiny model was built
+
+
+def test_under_bnpo_gradient_accumulation_is_not_offered_as_leaving_the_training_unchanged() -> None:
+    """bnpo divides each micro-batch by its own tokens (core.update), so splitting a mini-batch changes
+    the update there: the harmless overrides that lead a hopeless plan leave it out."""
+    cfg = TrainConfig()
+    cfg.model.tiny.hidden_size, cfg.model.tiny.num_layers, cfg.model.tiny.intermediate_size = 512, 8, 2048
+    cfg.rollout.max_new_tokens, cfg.algo.loss_type = 256, "bnpo"
+    hopeless = plan(cfg, free=plan(cfg, free=64 * GIB).peak // 100)
+    assert hopeless.knobs[0][0].split() == ["model.gradient_checkpointing=true", "precision=bf16"]
+    assert "train.grad_accum_steps=4" in [override for override, _ in hopeless.knobs[1:]]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_cli.config.schema import RewardFunctionConfig, TrainConfig
+from grpo_cli.config.schema import DataConfig, RewardFunctionConfig, TrainConfig
 from grpo_cli.errors import GrpoError
 from grpo_cli.monitor import MetricsFile, StepResult
 from grpo_cli.training import GRPOTrainer
@@ -186,7 +186,7 @@ def _prompt_file(path: Path, lengths: list[int]) -> Path:
 def test_prompts_longer_than_the_model_context(tmp_path: Path, policy: str) -> None:
     """The tiny model has 256 positions; 512 prompt tokens + 8 new ones cannot fit."""
     cfg = small_config(steps=1)
-    cfg.data.kind = "jsonl"
+    cfg.data = DataConfig(kind="jsonl")  # the jsonl group's keys only: data.num_examples is arithmetic's
     cfg.data.path = str(_prompt_file(tmp_path / "p.jsonl", [0, 10, 400, 0, 20, 300, 5, 0]))
     cfg.data.eval_fraction = 0.0
     cfg.data.max_prompt_tokens = 512
@@ -250,7 +250,7 @@ def test_a_step_the_training_data_cannot_fill_is_refused_at_setup(
 
 def test_a_step_the_prompts_left_after_skipping_long_ones_cannot_fill_is_refused(tmp_path: Path) -> None:
     cfg = small_config(steps=1, prompts_per_step=4)
-    cfg.data.kind = "jsonl"
+    cfg.data = DataConfig(kind="jsonl")  # the jsonl group's keys only: data.num_examples is arithmetic's
     cfg.data.path = str(_prompt_file(tmp_path / "p.jsonl", [0, 400, 300, 0, 5]))
     cfg.data.eval_fraction = 0.0
     cfg.data.max_prompt_tokens = 512

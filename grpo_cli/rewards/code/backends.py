@@ -264,19 +264,10 @@ def probe(backend: str, python: Interpreter, runner: str, work_root: str) -> str
     read_fd, write_fd = os.pipe()
     try:
         spec = launch(backend, python, runner, workdir, write_fd)
-        header = {
-            **spec.header,
-            "mode": "call",
-            "source": PROBE_SOURCE,
-            "entry_point": "probe",
-            "limits": limits(256, PROBE_TIMEOUT_S, 1),
-            "max_record_bytes": 65536,
-        }
-        job = frame(header) + frame({"id": 1, "args": (), "kwargs": {}})
         try:
             done = subprocess.run(
                 spec.argv,
-                input=job,
+                input=_probe_job(spec.header),
                 capture_output=True,
                 pass_fds=(write_fd,),
                 cwd=spec.cwd,
@@ -293,36 +284,53 @@ def probe(backend: str, python: Interpreter, runner: str, work_root: str) -> str
             raw = os.read(read_fd, 1 << 20)
         except BlockingIOError:
             raw = b""
-        stderr = done.stderr.decode(errors="replace").strip()[-400:]
-        try:
-            records = [json.loads(line) for line in raw.decode().splitlines()]
-        except ValueError:
-            records = []
-        if len(records) >= 2 and records[0].get("uid") is not None and "error" in records[1]:
-            return (
-                f"{backend} with {python.path}: after dropping to uid {records[0]['uid']} the probe could not "
-                f"import the standard library ({records[1]['error']}): is it under a 0700 home such as /root?"
-            )
-        try:
-            hello, ready, answer = records
-            uid, pid, nets, mean = answer["ok"]
-        except (ValueError, KeyError, TypeError):
-            return (
-                f"{backend} with {python.path}: the probe job failed (exit {done.returncode}): {stderr or raw[-200:]}"
-            )
-        if running_as_root():
-            want_uid = NOBODY
-        else:  # no drop possible; unshare maps us to root inside our own user namespace
-            want_uid = 0 if backend == "unshare" else os.geteuid()
-        if hello.get("uid") != want_uid or uid != want_uid:
-            return f"{backend}: the runner did not drop to uid {want_uid} (it ran as {uid})"
-        if backend in NAMESPACED and (nets != ["lo"] or pid > 10):
-            return f"{backend}: no private network/PID namespace (interfaces {nets}, pid {pid})"
-        if mean != "1.5" or ready != {"id": 0, "ok": None}:
-            return f"{backend}: unexpected probe answer {records!r}"
-        return None
+        return _probe_verdict(backend, python, done, raw)
     finally:
         os.close(read_fd)
         if write_fd >= 0:
             os.close(write_fd)
         remove_workdir(workdir)
+
+
+def _probe_job(launch_header: dict) -> bytes:
+    """The probe's job pipe: its header (a call of PROBE_SOURCE's `probe`, under small limits) and one call."""
+    header = {
+        **launch_header,
+        "mode": "call",
+        "source": PROBE_SOURCE,
+        "entry_point": "probe",
+        "limits": limits(256, PROBE_TIMEOUT_S, 1),
+        "max_record_bytes": 65536,
+    }
+    return frame(header) + frame({"id": 1, "args": (), "kwargs": {}})
+
+
+def _probe_verdict(backend: str, python: Interpreter, done: subprocess.CompletedProcess, raw: bytes) -> str | None:
+    """None if the probe's records show an isolated runner that dropped its privileges and answered
+    right; else what went wrong, in words a user can act on."""
+    stderr = done.stderr.decode(errors="replace").strip()[-400:]
+    try:
+        records = [json.loads(line) for line in raw.decode().splitlines()]
+    except ValueError:
+        records = []
+    if len(records) >= 2 and records[0].get("uid") is not None and "error" in records[1]:
+        return (
+            f"{backend} with {python.path}: after dropping to uid {records[0]['uid']} the probe could not "
+            f"import the standard library ({records[1]['error']}): is it under a 0700 home such as /root?"
+        )
+    try:
+        hello, ready, answer = records
+        uid, pid, nets, mean = answer["ok"]
+    except (ValueError, KeyError, TypeError):
+        return f"{backend} with {python.path}: the probe job failed (exit {done.returncode}): {stderr or raw[-200:]}"
+    if running_as_root():
+        want_uid = NOBODY
+    else:  # no drop possible; unshare maps us to root inside our own user namespace
+        want_uid = 0 if backend == "unshare" else os.geteuid()
+    if hello.get("uid") != want_uid or uid != want_uid:
+        return f"{backend}: the runner did not drop to uid {want_uid} (it ran as {uid})"
+    if backend in NAMESPACED and (nets != ["lo"] or pid > 10):
+        return f"{backend}: no private network/PID namespace (interfaces {nets}, pid {pid})"
+    if mean != "1.5" or ready != {"id": 0, "ok": None}:
+        return f"{backend}: unexpected probe answer {records!r}"
+    return None

@@ -16,22 +16,20 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from grpo_cli.rewards.code.faults import CandidateFailure, HarnessFault
-from grpo_cli.rewards.code.tasks import (
+from grpo_cli.rewards.code.checks import (
     EQUAL,
     REMOTE,
     TALLY,
     CallCase,
     UnitTally,
-    assemble_program,
     check_units,
-    column,
     output_lines,
     parse_test_list,
-    prompt_definitions,
     strict_equal,
     test_setup,
 )
+from grpo_cli.rewards.code.faults import CandidateFailure, HarnessFault
+from grpo_cli.rewards.code.tasks import assemble_program, column, prompt_definitions
 
 
 @dataclass(frozen=True)
