@@ -313,6 +313,36 @@ def sync_reference(reference: torch.nn.Module | None, policy: torch.nn.Module, a
         ref.mul_(1 - alpha).add_(new.to(ref.dtype), alpha=alpha)
 
 
+def batch_objective(
+    learner: Learner,
+    batch: UpdateBatch,
+    algo: AlgoConfig,
+    settings: UpdateSettings,
+    epsilons: tuple[float, float] | None,
+    totals: UpdateTotals,
+) -> Objective:
+    """The batch's loss terms with the log-probs they need computed once, before any update: the
+    behaviour policy's only when the policy moves before the last update (with a single update
+    old = stop_gradient(lp), which costs no extra forward pass), the reference's at β > 0."""
+    rollout, micro_size = batch.rollout, max(1, math.ceil(batch.advantages.size(0) / settings.grad_accum_steps))
+    old = ref = None
+    if algo.num_iterations > 1 or algo.mini_batches > 1:
+        sampler = unwrap(learner.model)  # passes without gradients skip the DDP wrapper: nothing to synchronise
+        old = logprobs_without_grad(sampler, rollout, micro_size, settings, learner.autocast, totals.entropy)
+    if learner.reference is not None:
+        ref = logprobs_without_grad(learner.reference, rollout, micro_size, settings, learner.autocast)
+    return Objective(algo, epsilons or (algo.epsilon_low, algo.epsilon_high), settings, old, ref)
+
+
+def sync_when_due(learner: Learner, algo: AlgoConfig) -> None:
+    """algo.ref_sync after an applied optimizer step: due at the schedule's positions that are a
+    multiple of `every` (this training step's planned start plus its applied steps, so the syncs
+    fall where the lr says; a position whose update did not apply syncs nothing)."""
+    sync = algo.ref_sync
+    if sync.every and learner.scheduler.last_epoch % sync.every == 0:
+        sync_reference(learner.reference, learner.model, sync.alpha)
+
+
 def policy_update(
     learner: Learner,
     batch: UpdateBatch,
@@ -336,24 +366,9 @@ def policy_update(
     summed gradient is the one process's gradient on the global batch. Reported figures are global
     sums too, so every process takes the same skip decision and returns the same stats.
     """
-    rollout, n, g = batch.rollout, batch.advantages.size(0), batch.rollout.group_size
-    micro_size = max(1, math.ceil(n / settings.grad_accum_steps))
+    n, g = batch.advantages.size(0), batch.rollout.group_size
     totals = UpdateTotals()
-    # Stored behaviour log-probs only when the policy moves before the last update; with a
-    # single update old = stop_gradient(lp), which costs no extra forward pass.
-    reuse_old = algo.num_iterations > 1 or algo.mini_batches > 1
-    sampler = unwrap(learner.model)  # passes without gradients skip the DDP wrapper: nothing to synchronise
-    objective = Objective(
-        algo,
-        epsilons if epsilons is not None else (algo.epsilon_low, algo.epsilon_high),
-        settings,
-        logprobs_without_grad(sampler, rollout, micro_size, settings, learner.autocast, totals.entropy)
-        if reuse_old
-        else None,
-        logprobs_without_grad(learner.reference, rollout, micro_size, settings, learner.autocast)
-        if learner.reference is not None
-        else None,
-    )
+    objective = batch_objective(learner, batch, algo, settings, epsilons, totals)
     next_micro_batch = micro_batch_progress(on_micro_batch, n // g, g, algo, settings.grad_accum_steps)
     for _ in range(algo.num_iterations):
         for rows in plan_mini_batches(n // g, g, algo.mini_batches):
@@ -371,9 +386,6 @@ def policy_update(
                 step_loss += sums.loss
             applied = totals.steps
             apply_step(learner, step_loss, settings.max_grad_norm, totals, on_first_step)
-            sync = algo.ref_sync
-            # the schedule's position: this training step's planned start plus its applied steps, so the
-            # syncs fall at the same positions as the lr (a position whose update did not apply syncs nothing)
-            if sync.every and totals.steps > applied and learner.scheduler.last_epoch % sync.every == 0:
-                sync_reference(learner.reference, learner.model, sync.alpha)
+            if totals.steps > applied:
+                sync_when_due(learner, algo)
     return totals.stats(learner.collective, with_kl=objective.ref_logps is not None)
