@@ -107,6 +107,29 @@ def _as_float(value: Any) -> float:
     return out if math.isfinite(out) else math.nan
 
 
+def _score_rows_with_columns(
+    fn: Callable[..., Any],
+    kwargs: dict[str, Any],
+    prompts: list[Any],
+    completions: list[Any],
+    columns: dict[str, list[Any]],
+    missing: dict[str, list[int]],
+) -> BatchScores:
+    """evaluate_source on the rows that have every column the function needs; NaN on the others."""
+    n = len(completions)
+    skipped = {i for rows in missing.values() for i in rows}
+    keep = [i for i in range(n) if i not in skipped]
+    part = BatchScores([], None)
+    if keep:
+        part_columns = {k: [v[i] for i in keep] for k, v in columns.items()}
+        part = evaluate_source(fn, kwargs, [prompts[i] for i in keep], [completions[i] for i in keep], part_columns)
+    values = [math.nan] * n
+    for i, value in zip(keep, part.values):
+        values[i] = value
+    row_errors = {keep[j]: error for j, error in part.row_errors.items()}
+    return BatchScores(values, part.error, part.elapsed_s, row_errors, missing, part.non_numeric)
+
+
 def evaluate_source(
     fn: Callable[..., Any],
     kwargs: dict[str, Any],
@@ -138,17 +161,7 @@ def evaluate_source(
         c: rows for c in needed if (rows := [i for i, v in enumerate(columns.get(c) or [None] * n) if v is None])
     }
     if missing:
-        skipped = {i for rows in missing.values() for i in rows}
-        keep = [i for i in range(n) if i not in skipped]
-        part = BatchScores([], None)
-        if keep:
-            part_columns = {k: [v[i] for i in keep] for k, v in columns.items()}
-            part = evaluate_source(fn, kwargs, [prompts[i] for i in keep], [completions[i] for i in keep], part_columns)
-        values = [math.nan] * n
-        for i, value in zip(keep, part.values):
-            values[i] = value
-        row_errors = {keep[j]: error for j, error in part.row_errors.items()}
-        return BatchScores(values, part.error, part.elapsed_s, row_errors, missing, part.non_numeric)
+        return _score_rows_with_columns(fn, kwargs, prompts, completions, columns, missing)
     start = time.perf_counter()
     try:
         # kwargs come last and win: a configured value may stand in for (or override) a column.
