@@ -16,7 +16,8 @@ def _print_help() -> None:
     print(f"grpo {__version__}: GRPO post-training of causal language models\n\n{USAGE}\n\nsubcommands:")
     for sub in SUBCOMMANDS:
         print(f"  {sub.name:<10} {sub.help}")
-    print("\n`grpo SUBCOMMAND --help` lists its config groups and keys.")
+    print("\n`grpo SUBCOMMAND --help` lists its config groups and keys; `grpo SUBCOMMAND --keys [PREFIX]` gives")
+    print("each key's type, default and meaning (the same as docs/reference.md).")
 
 
 def launched_by_accelerate() -> bool:
@@ -52,6 +53,11 @@ def main(argv: list[str] | None = None) -> None:
     from grpo_cli.commands.run_lock import explicit_run_dir, lock_run_dir
 
     sub = BY_NAME[name]
+    if "--keys" in rest:  # the configuration reference for this command, or the keys under one prefix
+        from grpo_cli.config.reference import print_keys
+
+        at = rest.index("--keys")
+        sys.exit(print_keys(sub.schema, rest[at + 1] if at + 1 < len(rest) else ""))
     if name == "train" and launched_by_accelerate() and int(os.environ.get("RANK", "0")) != 0:
         from grpo_cli.commands.launch import follow_main_process
 

@@ -18,7 +18,7 @@ from grpo_cli.errors import GrpoError
 FREE_FORM = typing.Any  # e.g. reward.functions.N.kwargs.*: the function's own keyword arguments
 
 
-def _unwrap(hint: typing.Any) -> typing.Any:
+def unwrap_optional(hint: typing.Any) -> typing.Any:
     """`X | None` -> X; anything else unchanged."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(hint) if a is not type(None)]
@@ -30,7 +30,7 @@ def _unwrap(hint: typing.Any) -> typing.Any:
 def child_hint(hint: typing.Any, part: str) -> typing.Any:
     """The type below `part` in a node of type `hint`, FREE_FORM where anything goes, or None
     when `part` cannot follow: the one step of the walk shared with tests/config."""
-    hint = _unwrap(hint)
+    hint = unwrap_optional(hint)
     if hint is typing.Any:
         return FREE_FORM
     if dataclasses.is_dataclass(hint):
@@ -50,12 +50,12 @@ def leaf_keys(schema: type, prefix: str = "") -> list[str]:
     keys = []
     for name, hint in typing.get_type_hints(schema).items():
         key = f"{prefix}{name}"
-        hint = _unwrap(hint)
+        hint = unwrap_optional(hint)
         item = typing.get_args(hint)[0] if typing.get_origin(hint) is list else None
         if dataclasses.is_dataclass(hint):
             keys.extend(leaf_keys(hint, key + "."))
-        elif item is not None and dataclasses.is_dataclass(_unwrap(item)):
-            keys.extend(leaf_keys(_unwrap(item), key + "[]."))
+        elif item is not None and dataclasses.is_dataclass(unwrap_optional(item)):
+            keys.extend(leaf_keys(unwrap_optional(item), key + "[]."))
         else:
             keys.append(key)  # a scalar, a list of scalars, a mapping, Any
     return keys
@@ -78,7 +78,7 @@ def _dotted_fields(schema: type, prefix: str = "") -> list[str]:
     for f in dataclasses.fields(schema):
         key = f"{prefix}{f.name}"
         keys.append(key)
-        hint = _unwrap(hints[f.name])
+        hint = unwrap_optional(hints[f.name])
         if dataclasses.is_dataclass(hint):
             keys.extend(_dotted_fields(hint, key + "."))
     return keys
@@ -99,7 +99,7 @@ def _nearest(parts: list[str], i: int, hint: typing.Any, schema: type) -> str | 
     if elsewhere := _placed_elsewhere(parts, schema):
         return " or ".join(elsewhere)
     prefix, rest = parts[:i], parts[i + 1 :]
-    hint = _unwrap(hint)
+    hint = unwrap_optional(hint)
     if dataclasses.is_dataclass(hint):
         names = [f.name for f in dataclasses.fields(hint)]
         fitting = [n for n in names if _resolves(rest, child_hint(hint, n))]
@@ -129,7 +129,7 @@ def check_key(key: str, schema: type = TrainConfig) -> None:
         if below is FREE_FORM:
             return
         if below is None:
-            parent, node = ".".join(parts[:i]), _unwrap(hint)
+            parent, node = ".".join(parts[:i]), unwrap_optional(hint)
             if i and typing.get_origin(node) not in (list, dict) and not dataclasses.is_dataclass(node):
                 raise GrpoError(f"unknown config key {key}: {parent} is a value, not a section")
             close = _nearest(parts, i, hint, schema)

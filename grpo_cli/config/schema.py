@@ -29,11 +29,11 @@ SPLITS = ("all", "train", "eval")  # rollout split: the whole data set or one si
 class TinyModelConfig:
     """Size of the random-init Llama built in code for tests, smoke runs and the default."""
 
-    hidden_size: int = 64
-    num_layers: int = 2
-    num_heads: int = 4
-    intermediate_size: int = 128
-    max_position_embeddings: int = 256
+    hidden_size: int = 64  # embedding width
+    num_layers: int = 2  # transformer blocks
+    num_heads: int = 4  # attention heads (also the KV heads)
+    intermediate_size: int = 128  # MLP width
+    max_position_embeddings: int = 256  # longest prompt + completion, in tokens
 
 
 @dataclass
@@ -41,10 +41,11 @@ class LoraConfig:
     """`model.lora`: train low-rank adapters (peft) instead of every weight; with algo.beta > 0 the KL
     reference is the base model with the adapters switched off, so no second copy of the weights."""
 
-    enabled: bool = False
+    enabled: bool = False  # true: train only the adapters
     r: int = 16  # rank of each adapter's A (r x in) and B (out x r)
     alpha: float = 32.0  # the update B·A is scaled by alpha / r
     dropout: float = 0.05  # dropout on the adapter's input, in [0, 1)
+    # module names that get adapters (Llama/Qwen attention)
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
 
 
@@ -56,8 +57,8 @@ class ModelConfig:
     package: str | None = None  # an installed Python package that ships the model file (model=smollm2_135m)
     cache_dir: str = "~/.cache/grpo/models"  # where a GGUF file is converted, once, to a Hugging Face directory
     dtype: str = "auto"  # auto | fp32 | bf16 | fp16: weights dtype when loading
-    trust_remote_code: bool = False
-    gradient_checkpointing: bool = False
+    trust_remote_code: bool = False  # run a hub model's own modelling code (transformers' trust_remote_code)
+    gradient_checkpointing: bool = False  # recompute activations in backward: less memory, about a third more compute
     lm_head_fp32: bool = False  # the output projection (so the logits) in fp32 in a bf16/fp16 run (ScaleRL)
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)
@@ -66,29 +67,30 @@ class ModelConfig:
 @dataclass
 class DataConfig:
     kind: str = "arithmetic"  # arithmetic | jsonl | math | code
-    path: str | None = None
-    prompt_field: str = "prompt"
-    num_examples: int = 2000
-    max_operand: int = 9
-    operations: list[str] = field(default_factory=lambda: ["+"])
+    path: str | None = None  # jsonl: the file of rows; arithmetic | math | code: unused
+    prompt_field: str = "prompt"  # the column that holds the prompt (text, or a list of chat messages)
+    num_examples: int = 2000  # arithmetic: distinct problems to draw (capped by how many exist)
+    max_operand: int = 9  # arithmetic: operands are 0..max_operand
+    operations: list[str] = field(default_factory=lambda: ["+"])  # arithmetic: any of + - *
     max_examples: int = 0  # 0: all
-    eval_fraction: float = 0.1
-    fraction: float = 1.0
+    eval_fraction: float = 0.1  # share held out for eval, in [0, 1)
+    fraction: float = 1.0  # use the first share of the data, in (0, 1]: quick experiments
     max_prompt_tokens: int = 64  # clamped at start-up to the model's context minus rollout.max_new_tokens
     on_long_prompt: str = "truncate_left"  # truncate_left | skip | error: a prompt over max_prompt_tokens
     template: str | None = None  # a format string over each row's columns that becomes its prompt
     chat: bool = False  # send each text prompt as one user message, through the tokenizer's chat template
-    seed: int = 0
+    seed: int = 0  # problem order and the train/eval split
 
 
 @dataclass
 class RewardFunctionConfig:
-    name: str = "???"
+    name: str = "???"  # names the function in metrics (reward/<name>/mean), fallbacks and curricula
     target: str | None = None  # a builtin name, or an import path "pkg.module:function"
-    weight: float = 1.0
+    weight: float = 1.0  # weight in the fused reward (weighted mean over the functions that scored a row), >= 0
     # none | zscore | sigmoid | group_zscore; None (unset): zscore for a reward model (model_path), none otherwise
     normalize: str | None = None
     fallback: str | None = None  # function that takes this weight if this one is masked
+    # keyword arguments for the function; they win over data set columns of the same name
     kwargs: dict[str, Any] = field(default_factory=dict)
     timeout_s: float | None = None  # None: reward.timeout_s
     parallel: bool = False  # run on the worker pool (CPU-bound functions)
@@ -113,11 +115,13 @@ def _arithmetic_rewards() -> list[RewardFunctionConfig]:
 
 @dataclass
 class RewardConfig:
+    # the reward functions fused into one reward per completion
     functions: list[RewardFunctionConfig] = field(default_factory=_arithmetic_rewards)
     aggregation: str = "weighted_mean"  # weighted_mean | normalize_then_sum
+    # a function failing this many batches in a row is masked (its weight moves to fallback)
     max_consecutive_failures: int = 3
-    num_workers: int = 0
-    timeout_s: float = 60.0
+    num_workers: int = 0  # reward worker processes for parallel functions; 0: score in the trainer's process
+    timeout_s: float = 60.0  # default watchdog per function per batch, seconds
     ema_momentum: float = 0.9  # zscore running mean/var: stat <- m·stat + (1−m)·batch; 0.9–0.99 typical
 
 
@@ -151,7 +155,7 @@ class CurriculumConfig:
 @dataclass
 class PrecisionConfig:
     dtype: str = "fp32"  # fp32 | bf16 | fp16
-    autocast: bool = False
+    autocast: bool = False  # true: fp32 master weights, forward passes autocast to dtype; false: weights in dtype
     grad_scaler: bool = False  # fp16 autocast: scale the loss so fp16 gradients do not underflow (CUDA)
 
 
@@ -160,7 +164,7 @@ class AdaptiveClipConfig:
     """`algo.adaptive_clip`: ε_t = base·(1 + alpha·(R_t − R̄)/σ_R), clamped to [min, max] (docs/architecture.md §3,
     seed 001); it replaces epsilon_low while enabled, and epsilon_high keeps its ratio to epsilon_low."""
 
-    enabled: bool = False
+    enabled: bool = False  # true: eps_t replaces epsilon_low; epsilon_high keeps its ratio to epsilon_low
     base: float = 0.15  # ε when the reward is at its recent mean
     alpha: float = 0.4  # sensitivity to the reward's z-score against recent batches; 0.3–0.5 advised
     window: int = 10  # previous batch means in R̄, σ_R: 9 degrees of freedom for σ, short enough to track a trend
@@ -174,7 +178,7 @@ class DynamicSamplingConfig:
     has zero advantage everywhere and only dilutes the batch; it is dropped and more prompts are
     drawn until the step holds train.prompts_per_step groups that carry a signal."""
 
-    enabled: bool = False
+    enabled: bool = False  # true: refill the step with groups that carry a signal (algo=dapo turns it on)
     max_draws: int = 4  # generation rounds per step, the first included; then the step trains on what it has (alert)
 
 
@@ -208,14 +212,14 @@ class AlgoConfig:
 
     loss_type: str = "grpo"  # LOSS_TYPES: how token losses are averaged; cispo and sapo also change the token loss
     scale_rewards: str = "group"  # group | batch | none
-    epsilon_low: float = 0.2
-    epsilon_high: float = 0.2
+    epsilon_low: float = 0.2  # ratio clipped below at 1 - epsilon_low
+    epsilon_high: float = 0.2  # ratio clipped above at 1 + epsilon_high (DAPO's clip-higher: 0.28)
     ratio_level: str = "token"  # token | sequence
     beta: float = 0.0  # 0: no reference model
     kl_estimator: str = "k3"  # k1 | k2 | k3
-    num_iterations: int = 1
-    mini_batches: int = 1
-    mask_truncated: bool = False
+    num_iterations: int = 1  # optimisation passes per rollout batch (mu)
+    mini_batches: int = 1  # optimizer steps per pass, each on whole groups
+    mask_truncated: bool = False  # drop completions with no EOS from the loss (DAPO's overlong filter)
     kl_ratio_correction: bool = False  # k3 term times the ratio pi/pi_old (TRL: use_bias_correction_kl)
     entropy_coef: float = 0.0  # loss -= coef·entropy; 0: off (entropy is logged either way)
     delta: float = 0.0  # two-sided clipping (INTELLECT-2, TRL's delta): clip_ratio_c under TRL's name; 0: off
@@ -248,12 +252,12 @@ class VllmConfig:
 class RolloutConfig:
     backend: str = "hf"  # ROLLOUT_BACKENDS: hf (the policy itself samples) | vllm (a colocated vLLM engine)
     loop: str = "auto"  # auto: the fast loop where the model's cache allows, else generate | fast | generate
-    num_generations: int = 8
+    num_generations: int = 8  # completions per prompt (the group size G); 2 minimum, 4-64 advised
     max_new_tokens: int = 4  # the tiny default's answers; real models want hundreds
     min_new_tokens: int = 0  # no EOS before this many tokens (0: off); = max_new_tokens forces every length
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
+    temperature: float = 1.0  # sampling temperature (> 0); log-probs use the same temperature
+    top_p: float = 1.0  # nucleus sampling mass in (0, 1]; 1 disables
+    top_k: int = 0  # keep the k most likely tokens; 0 disables
     vllm: VllmConfig = field(default_factory=VllmConfig)
 
 
@@ -267,28 +271,28 @@ class ResumableRolloutConfig(RolloutConfig):
 @dataclass
 class OptimConfig:
     lr: float = 2e-3  # for the tiny random-init model; real models: 1e-6 to 1e-5 (start-up warns, train_checks)
-    weight_decay: float = 0.0
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
-    max_grad_norm: float = 1.0
+    weight_decay: float = 0.0  # AdamW decoupled weight decay
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.99])  # AdamW (beta1, beta2)
+    max_grad_norm: float = 1.0  # clip the global grad norm to this; 0 disables
     scheduler: str = "constant"  # constant | cosine | linear
-    warmup_steps: int = 5
+    warmup_steps: int = 5  # linear warmup, in optimizer steps
     lr_scaling: str = "none"  # none | sqrt | linear: lr·(B/reference_batch)^(1/2 or 1), B completions per step
     reference_batch: int = 0  # completions per optimizer step `lr` was tuned for; > 0 when lr_scaling != none
 
 
 @dataclass
 class TrainLoopConfig:
-    steps: int = 300
-    prompts_per_step: int = 16
-    seed: int = 0
-    grad_accum_steps: int = 1
-    save_every: int = 0
-    eval_every: int = 0
+    steps: int = 300  # rollout + update steps
+    prompts_per_step: int = 16  # distinct prompts per step; each gets rollout.num_generations completions
+    seed: int = 0  # seeds torch and the prompt order: same seed, same run on CPU
+    grad_accum_steps: int = 1  # micro-batches per optimizer step (memory, not maths: the loss is normalised)
+    save_every: int = 0  # checkpoint every N steps, >= 0 (0: only the final checkpoint)
+    eval_every: int = 0  # greedy eval on the held-out split every N steps, >= 0 (0: never)
     resume: str = "auto"  # auto | never | PATH to a checkpoint
     # true: resume even when the saved config differs in keys that change the maths (the trainer compares)
     resume_allow_changes: bool = False
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    threads: int = 0
+    threads: int = 0  # torch CPU threads, >= 0; 0: auto (1 for the tiny model on CPU, else torch's)
     layout: str = "auto"  # training passes: packed (each prompt once, no padding) | padded | auto (cheaper one)
 
 
@@ -322,12 +326,12 @@ class MonitorConfig:
 
 @dataclass
 class DebugConfig:
-    smoke: bool = False
-    steps: int = 2
-    max_examples: int = 8
-    prompts_per_step: int = 2
-    num_generations: int = 2
-    max_new_tokens: int = 8
+    smoke: bool = False  # true (debug=smoke): any config shrunk to seconds: the tiny model, fp32, the sizes below
+    steps: int = 2  # smoke: training steps
+    max_examples: int = 8  # smoke: prompts loaded from the data set
+    prompts_per_step: int = 2  # smoke: prompts per step
+    num_generations: int = 2  # smoke: completions per prompt
+    max_new_tokens: int = 8  # smoke: completion length
 
 
 @dataclass
@@ -342,7 +346,7 @@ class EvalMetricsConfig:
 
 @dataclass
 class DistributedConfig:
-    """`distributed.*`: data-parallel training through accelerate (README "Scaling out")."""
+    """`distributed.*`: data-parallel training through accelerate (docs/scaling.md)."""
 
     num_processes: int = 1  # 1: this process trains; N > 1: `grpo train` launches N workers via accelerate
     main_process_port: int = 0  # rendezvous port of the workers; 0: a free port on this machine
@@ -381,8 +385,8 @@ class TrainConfig:
 class ScoreConfig:
     """`grpo score`: rollouts jsonl in, scored jsonl and OUTPUT.summary.json out."""
 
-    input: str | None = None
-    output: str | None = None
+    input: str | None = None  # rollouts jsonl to read (required)
+    output: str | None = None  # scored jsonl to write (required); written atomically at the end
     summary: str | None = None  # None: OUTPUT.summary.json next to the output; an existing one is refused
     batch_size: int = 64  # prompts (groups) scored per batch: the memory bound
     tokenizer: str | None = None  # a local model/tokenizer dir: counts tokens where a completion has no token_count

@@ -1,0 +1,57 @@
+"""Every `grpo` command the README and the site show is one that runs: its keys and values pass the
+same checks as a typed command line, and the getting-started page's chain runs end to end."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+
+import pytest
+
+from grpo_cli.commands import BY_NAME
+from grpo_cli.commands.overrides import check_overrides
+from tests.conftest import REPO, run_grpo
+from tests.docs.pages import DOCS, DocCommand, grpo_commands
+
+PAGES = [REPO / "README.md", *sorted(DOCS.glob("*.md"))]
+COMMANDS = [command for page in PAGES for command in grpo_commands(page)]
+GETTING_STARTED = grpo_commands(DOCS / "getting-started.md")
+
+
+def test_the_pages_show_commands() -> None:
+    """Guards the parser: a fence style it missed would make every check below vacuous."""
+    assert len(COMMANDS) >= 40
+    assert len(GETTING_STARTED) >= 4
+    assert any(command.argv == ["train"] for command in GETTING_STARTED), "getting started shows `grpo train`"
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=str)
+def test_command_keys_and_values_are_valid(command: DocCommand, monkeypatch: pytest.MonkeyPatch) -> None:
+    name, args = command.argv[0], command.argv[1:]
+    assert name in BY_NAME, f"{command}: no subcommand {name!r}"
+    schema = BY_NAME[name].schema
+    if schema is None or "--keys" in args:  # grpo plot (argparse), the reference printout
+        return
+    monkeypatch.chdir(REPO)  # --config-dir recipes is relative to the repository
+    checkable = [arg for arg in args if "$" not in arg]  # a shell variable's value is the page's to show
+    check_overrides(checkable, schema)
+
+
+def _smoke(argv: list[str], run_dir: Path) -> list[str]:
+    """A getting-started line as the test runs it: train shrunk by debug=smoke, runs kept apart."""
+    extra = []
+    if argv[0] == "train" and "debug=smoke" not in argv:
+        extra.append("debug=smoke")
+    if argv[0] in ("train", "rollout", "eval") and not any(a.startswith("hydra.run.dir=") for a in argv):
+        extra.append(f"hydra.run.dir={run_dir}")
+    return [*argv, *extra]
+
+
+def test_getting_started_runs_in_page_order(tmp_path: Path) -> None:
+    """The page's commands in a fresh directory, one after another, as a reader pastes them."""
+    os.symlink(REPO / "recipes", tmp_path / "recipes")
+    for i, command in enumerate(GETTING_STARTED):
+        argv = _smoke(command.argv, tmp_path / f"unnamed_{i}")
+        result = run_grpo(*argv, cwd=tmp_path)
+        assert result.returncode == 0, f"{command}\nran as: grpo {shlex.join(argv)}\n{result.stderr[-2000:]}"
