@@ -16,7 +16,7 @@ Each run is `grpo train --config-dir recipes -cn smollm2_135m_addition` (SmolLM2
 2-digit additions in chat form, 4 prompts x 8 completions, 32 new tokens, lr 1e-5, beta 0.04) for
 `--steps` steps, with the objective's overrides (OBJECTIVES below), then `grpo eval` of its final
 checkpoint on the first 100 held-out problems (4 samples each at temperature 1, and one greedy
-answer; eval seed = training seed), the README's "A real model" protocol. A run directory that
+answer; eval seed = training seed), the protocol of docs/benchmarks.md "SmolLM2 addition". A run directory that
 already holds summary.json (or eval.json) is not run again, so an interrupted comparison resumes.
 
 Columns, per objective (mean over seeds, and each seed's figure):

@@ -6,7 +6,7 @@ gathered, so every process fuses, normalises and computes advantages on the glob
 same statistics and the same running state everywhere); loss denominators and reported figures
 are summed (`core.update.Collective`); gradients are averaged by DistributedDataParallel (through
 `Accelerator.prepare_model`). The update is therefore the one a single process computes on the
-global batch. Only the main process writes files, logs and trackers (README "Scaling out").
+global batch. Only the main process writes files, logs and trackers (docs/scaling.md).
 
 The processes come from accelerate's launcher (torchrun underneath), started by `grpo train
 distributed.num_processes=N` or by the user's own `accelerate launch`.

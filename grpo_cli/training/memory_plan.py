@@ -56,7 +56,7 @@ log = logging.getLogger("grpo")
 # MALLOC_MMAP_THRESHOLD_=65536 (every freed block returned: the live peak), over the plan's largest
 # phase: tiny30m 0.36-0.51 full and 0.27-0.70 LoRA, SmolLM2 0.20-0.22 full and 0.34 LoRA at dc62f3c
 # (0.39-0.41, 0.45-0.77, 0.18-0.24 and 0.33-0.36 in the series before), varying from run to run with
-# two threads (README "Memory plan"). 0.5 balances the worst: tiny30m LoRA planned at 0.82-0.88 of
+# two threads (docs/speed-memory.md). 0.5 balances the worst: tiny30m LoRA planned at 0.82-0.88 of
 # its highest measured peaks, SmolLM2 full at 1.15. CPU_RUNTIME: what the tiny default adds while its
 # tensors are a few MiB (torch's thread pools, kernel scratch, autograd and rollout bookkeeping):
 # 28-32 MiB above the plan's tensors with live memory, 54-67 MiB in all by default.
