@@ -51,7 +51,7 @@ def grpo_commands(page: Path) -> list[DocCommand]:
 
 def anchors(page: Path) -> set[str]:
     """The ids MkDocs gives the page's headings (Python-Markdown's toc, as mkdocs.yml configures it)."""
-    md = markdown.Markdown(extensions=["toc", "tables", "attr_list"])
+    md = markdown.Markdown(extensions=["toc", "tables", "attr_list", "fenced_code"])
     md.convert(page.read_text(encoding="utf-8"))
 
     def walk(tokens: list[dict]) -> set[str]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import shlex
+import subprocess
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,8 @@ def test_the_pages_show_commands() -> None:
 @pytest.mark.parametrize("command", COMMANDS, ids=str)
 def test_command_keys_and_values_are_valid(command: DocCommand, monkeypatch: pytest.MonkeyPatch) -> None:
     name, args = command.argv[0], command.argv[1:]
+    if name in ("--help", "-h", "--version"):  # grpo's own, before any subcommand
+        return
     assert name in BY_NAME, f"{command}: no subcommand {name!r}"
     schema = BY_NAME[name].schema
     if schema is None or "--keys" in args:  # grpo plot (argparse), the reference printout
@@ -39,19 +43,50 @@ def test_command_keys_and_values_are_valid(command: DocCommand, monkeypatch: pyt
 
 
 def _smoke(argv: list[str], run_dir: Path) -> list[str]:
-    """A getting-started line as the test runs it: train shrunk by debug=smoke, runs kept apart."""
+    """A getting-started line as the test runs it: shrunk to a few prompts, runs kept apart."""
+    if {"--cfg", "--help", "--keys"} & set(argv):  # prints, runs nothing; and nothing may follow --cfg's value
+        return argv
+    if {"--cfg", "--help", "--keys"} & set(argv):  # prints, runs nothing; and nothing may follow --cfg's value
+        return argv
     extra = []
     if argv[0] == "train" and "debug=smoke" not in argv:
         extra.append("debug=smoke")
+    if argv[0] in ("rollout", "eval") and not any(a.startswith("max_prompts=") for a in argv):
+        extra.append("max_prompts=8")  # what debug=smoke is to train: the command's shape, in seconds
     if argv[0] in ("train", "rollout", "eval") and not any(a.startswith("hydra.run.dir=") for a in argv):
         extra.append(f"hydra.run.dir={run_dir}")
     return [*argv, *extra]
 
 
+WRITE_KEYS = ("hydra.run.dir=", "hydra.sweep.dir=", "output=")
+
+
+def _writes(argv: list[str]) -> set[str]:
+    """The paths a command writes that a later one may read."""
+    return {arg.split("=", 1)[1] for arg in argv if arg.startswith(WRITE_KEYS)}
+
+
+def _reads(argv: list[str], written: str) -> bool:
+    values = [arg.split("=", 1)[-1] for arg in argv if not arg.startswith(WRITE_KEYS)]
+    return any(value == written or value.startswith(written + "/") for value in values)
+
+
 def test_getting_started_runs_in_page_order(tmp_path: Path) -> None:
-    """The page's commands in a fresh directory, one after another, as a reader pastes them."""
+    """The page's commands in a fresh directory, as a reader pastes them: each after the earlier
+    ones whose output it reads (two at a time where none does, which the page's order allows)."""
     os.symlink(REPO / "recipes", tmp_path / "recipes")
-    for i, command in enumerate(GETTING_STARTED):
-        argv = _smoke(command.argv, tmp_path / f"unnamed_{i}")
-        result = run_grpo(*argv, cwd=tmp_path)
-        assert result.returncode == 0, f"{command}\nran as: grpo {shlex.join(argv)}\n{result.stderr[-2000:]}"
+    done: list[tuple[DocCommand, list[str], set[str], Future]] = []
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for i, command in enumerate(GETTING_STARTED):
+            argv = _smoke(command.argv, tmp_path / f"unnamed_{i}")
+            needs = [future for _, _, writes, future in done if any(_reads(argv, w) for w in writes)]
+
+            def run(argv: list[str] = argv, needs: list[Future] = needs) -> subprocess.CompletedProcess:
+                for need in needs:
+                    need.result()
+                return run_grpo(*argv, cwd=tmp_path)
+
+            done.append((command, argv, _writes(argv), pool.submit(run)))
+        for command, argv, _, future in done:
+            result = future.result()
+            assert result.returncode == 0, f"{command}\nran as: grpo {shlex.join(argv)}\n{result.stderr[-2000:]}"

@@ -10,7 +10,7 @@ import pytest
 from grpo_cli.config.keys import leaf_keys
 from grpo_cli.config.reference import COMMANDS, key_docs, main, print_keys, render
 from grpo_cli.config.schema import TrainConfig
-from tests.conftest import REPO
+from tests.conftest import REPO, run_grpo
 
 PAGE = REPO / "docs" / "reference.md"
 
@@ -72,3 +72,12 @@ def test_keys_prints_one_prefix() -> None:
     assert lines[0].split() == ["algo.adaptive_clip.enabled", "bool", "=", "false"]
     assert sum(line.startswith("algo.adaptive_clip.") for line in lines) == 6
     assert print_keys(TrainConfig, "algo.nope", io.StringIO()) == 2
+
+
+def test_grpo_keys_on_the_command_line() -> None:
+    """`grpo SUBCOMMAND --keys PREFIX`, before Hydra or torch: the page's rows for one command."""
+    result = run_grpo("eval", "--keys", "max_prompts")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[:4] == ["max_prompts", "int", "=", "0"]
+    unknown = run_grpo("train", "--keys", "algo.nope")
+    assert unknown.returncode == 2 and "algo.nope" in unknown.stderr
