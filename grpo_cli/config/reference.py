@@ -27,7 +27,6 @@ from grpo_cli.config import schema as schema_module
 from grpo_cli.config.keys import unwrap_optional
 from grpo_cli.config.schema import EvalConfig, ExportConfig, RolloutRunConfig, ScoreConfig, TrainConfig
 
-PAGE = Path("docs/reference.md")  # relative to the repository root
 COMMANDS: tuple[tuple[str, type], ...] = (
     ("train", TrainConfig),
     ("rollout", RolloutRunConfig),
