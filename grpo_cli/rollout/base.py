@@ -70,6 +70,11 @@ class Generator(Protocol):
         saves (`RngState`) and, data-parallel, reseeds each step itself."""
         ...
 
+    def close(self) -> None:
+        """Release what the loop holds beyond the policy (vLLM: the engine's processes and memory,
+        the shared weights file), so the next job of a multirun or a test starts without them."""
+        ...
+
 
 def completion_mask_from_eos(completion_ids: torch.Tensor, eos_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """(mask, truncated): the mask keeps tokens up to and including the first EOS.

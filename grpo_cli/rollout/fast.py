@@ -108,6 +108,9 @@ class FastGenerator:
     def set_step_seed(self, seed: int) -> None:
         """Nothing to seed: this loop draws from torch's stream, which the trainer carries (Generator)."""
 
+    def close(self) -> None:
+        """Nothing held beyond the policy module (Generator)."""
+
     @torch.no_grad()
     def generate(
         self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, num_generations: int, greedy: bool = False

@@ -319,6 +319,14 @@ class VLLMGenerator:
     def weights_updated(self) -> None:
         self.sync.weights_updated()
 
+    def close(self) -> None:
+        """Stop the engine core (its child processes and KV cache) and remove the weights file."""
+        shutdown = getattr(getattr(self.engine, "llm_engine", None), "engine_core", None)
+        if shutdown is not None:
+            shutdown.shutdown()
+        if hasattr(self, "shared"):
+            self.shared.close()
+
     def set_step_seed(self, seed: int) -> None:
         """Each request of the step is seeded from `seed` (`request_seeds`); a step replayed after a
         Ctrl-C rollback starts its count again, and so draws what it drew."""

@@ -283,6 +283,8 @@ class GRPOTrainer:
         """Free the models so the next job of a multirun starts from an empty process."""
         if hasattr(self, "reward_executor"):
             self.reward_executor.close()  # worker processes end with the job, not the interpreter
+        if hasattr(self, "generator"):
+            self.generator.close()  # a vLLM engine's processes too
         for name in ("model", "learner", "generator", "reward_executor", "reward_fusion", "reward_sources"):
             if hasattr(self, name):
                 delattr(self, name)
