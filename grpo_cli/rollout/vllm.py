@@ -175,17 +175,15 @@ def engine_kwargs(model: torch.nn.Module, cfg: RolloutConfig, max_prompt_tokens:
     }
 
 
-def local_rank_cores() -> str | None:
-    """This process's share of the machine's cores, as VLLM_CPU_OMP_THREADS_BIND spells it, when
-    several training processes share a machine (LOCAL_WORLD_SIZE, set by torchrun and accelerate
-    launch): each rank's engine binds its own cores instead of every engine binding the same ones.
-    None for one process (vLLM's own binding)."""
-    ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    if ranks <= 1:
-        return None
+def local_rank_cores() -> str:
+    """This process's share of the machine's cores, as VLLM_CPU_OMP_THREADS_BIND spells it: all of
+    them for one training process (vLLM's own "auto" keeps one core back for its scheduler, half of a
+    2-core machine, while the colocated trainer is idle during generation anyway), and a slice each
+    when several share the machine (LOCAL_RANK of LOCAL_WORLD_SIZE, set by torchrun and accelerate
+    launch), so their engines do not all bind the same cores."""
     cores = sorted(os.sched_getaffinity(0))
-    rank = int(os.environ.get("LOCAL_RANK", "0"))
-    share = cores[rank * len(cores) // ranks : (rank + 1) * len(cores) // ranks] or cores[rank % len(cores) :][:1]
+    ranks, rank = int(os.environ.get("LOCAL_WORLD_SIZE", "1")), int(os.environ.get("LOCAL_RANK", "0"))
+    share = cores[rank * len(cores) // ranks : (rank + 1) * len(cores) // ranks] or [cores[rank % len(cores)]]
     return ",".join(str(core) for core in share)
 
 
@@ -200,9 +198,8 @@ def build_engine(model: torch.nn.Module, cfg: RolloutConfig, max_prompt_tokens: 
             f"{ranks}-process run would take over the trainer's process group: keep it true"
         )
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if cfg.vllm.multiprocessing else "0"
-    cores = local_rank_cores() if not torch.cuda.is_available() else None
-    if cores is not None and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
-        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cores
+    if not torch.cuda.is_available() and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:  # a user's own wins
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = local_rank_cores()
     try:
         from vllm import LLM
     except ImportError as err:
