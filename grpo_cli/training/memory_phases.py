@@ -134,12 +134,17 @@ def resident_parts(cfg: TrainConfig, shape: ModelShape, w: Worst) -> list[Part]:
 def generation_phase(cfg: TrainConfig, device: torch.device, shape: ModelShape, w: Worst, parts: list[Part]) -> int:
     """The generation phase's bytes, its part added to `parts`: every row's KV cache at full length,
     one layer's copy while DynamicCache grows it by concatenation, and every row's sampling buffers.
-    vLLM keeps its cache in its own share, a resident part (known on CUDA only)."""
+    vLLM keeps its cache in its own share, a resident part: on CUDA its share of the device; on a
+    CPU a second copy of the weights (in the engine's processes) and its KV cache."""
     if cfg.rollout.backend == "vllm":
         if device.type == "cuda":
             total = torch.cuda.get_device_properties(device).total_memory
             engine = int(cfg.rollout.vllm.gpu_memory_utilization * total)
             parts.append(Part("vLLM engine", engine, "resident", "rollout.vllm.gpu_memory_utilization x the device"))
+        else:
+            engine = shape.parameters * w.wb + int(cfg.rollout.vllm.cpu_kv_cache_gib * 2**30)
+            how = "a copy of the weights + rollout.vllm.cpu_kv_cache_gib, in the engine's processes"
+            parts.append(Part("vLLM engine", engine, "resident", how))
         return 0
     kv = w.rows * (w.prompt + w.completion) * shape.layers * 2 * shape.kv_dim * w.wb
     generation = kv + kv // shape.layers + w.rows * shape.vocab * SAMPLING_BYTES

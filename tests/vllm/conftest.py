@@ -28,7 +28,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     if os.environ.get("GRPO_REQUIRE_VLLM") == "1":
         raise pytest.UsageError("GRPO_REQUIRE_VLLM=1 but vLLM is not importable here (see .ci/run's vLLM stage)")
-    skip = pytest.mark.skip(reason="vLLM is not installed: docs/speed-memory.md#vllm-on-a-cpu sets it up")
+    skip = pytest.mark.skip(reason="vLLM is not installed: docs/scaling.md#vllm-on-a-cpu sets it up")
     for item in items:
         if HERE in Path(item.fspath).parents:
             item.add_marker(skip)

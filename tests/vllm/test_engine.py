@@ -30,7 +30,10 @@ STALE = 0.1  # what a policy moved without a push reads (0.3 measured)
 
 def rollout_config(multiprocessing: bool = True) -> RolloutConfig:
     return RolloutConfig(
-        backend="vllm", max_new_tokens=8, num_generations=4, vllm=VllmConfig(dtype="fp32", multiprocessing=multiprocessing)
+        backend="vllm",
+        max_new_tokens=8,
+        num_generations=4,
+        vllm=VllmConfig(dtype="fp32", multiprocessing=multiprocessing),
     )
 
 
@@ -79,7 +82,9 @@ def test_the_engine_samples_the_policy_and_a_push_reaches_it(head32_dir: Path, m
 def test_a_lora_policy_reaches_the_engine_merged(head32_dir: Path) -> None:
     tokenizer = load_tokenizer(head32_dir)
     base = AutoModelForCausalLM.from_pretrained(head32_dir)
-    policy = add_lora(copy.deepcopy(base), LoraConfig(enabled=True, r=4, alpha=8.0, target_modules=["q_proj", "v_proj", "down_proj"]))
+    policy = add_lora(
+        copy.deepcopy(base), LoraConfig(enabled=True, r=4, alpha=8.0, target_modules=["q_proj", "v_proj", "down_proj"])
+    )
     torch.manual_seed(0)
     with torch.no_grad():  # B starts at zero: give the adapters an update to merge
         for name, parameter in policy.named_parameters():
