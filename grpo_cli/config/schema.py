@@ -236,6 +236,7 @@ class AlgoConfig:
 ROLLOUT_LOOPS = ("auto", "fast", "generate")  # rollout.loop
 LAYOUTS = ("auto", "packed", "padded")  # train.layout
 ROLLOUT_BACKENDS = ("hf", "vllm")  # rollout.backend
+STRATEGIES = ("ddp", "fsdp")  # distributed.strategy
 
 
 @dataclass
@@ -352,9 +353,13 @@ class EvalMetricsConfig:
 
 @dataclass
 class DistributedConfig:
-    """`distributed.*`: data-parallel training through accelerate (docs/scaling.md)."""
+    """`distributed.*`: several training processes through accelerate (docs/scaling.md)."""
 
     num_processes: int = 1  # 1: this process trains; N > 1: `grpo train` launches N workers via accelerate
+    # STRATEGIES: ddp (every process holds the whole model, gradients averaged) | fsdp (torch's FSDP2:
+    # each process holds 1/N of the trained weights, gradients and optimizer state; docs/scaling.md#sharded-training)
+    strategy: str = "ddp"
+    reshard_after_forward: bool = True  # fsdp: free each layer's gathered weights after its forward (less memory)
     main_process_port: int = 0  # rendezvous port of the workers; 0: a free port on this machine
     accelerate_config: str | None = None  # an accelerate config file for the launch (accelerate launch --config_file)
 

@@ -15,6 +15,7 @@ from grpo_cli.config.generation_checks import validate_generation
 from grpo_cli.config.group_keys import check_group_keys
 from grpo_cli.config.schema import (
     NORMALIZATIONS,
+    STRATEGIES,
     TRACKERS,
     AlgoConfig,
     DistributedConfig,
@@ -40,6 +41,13 @@ def validate(cfg: TrainConfig) -> list[str]:
     _check_guard(cfg.guard)
     _check_counts(cfg)
     _check_distributed(cfg.distributed)
+    if cfg.distributed.strategy == "fsdp" and cfg.algo.ref_sync.every > 0:
+        fail(
+            "algo.ref_sync.every",
+            cfg.algo.ref_sync.every,
+            "with distributed.strategy=fsdp is not supported yet (the reference is mixed from the whole policy): "
+            "use distributed.strategy=ddp or algo.ref_sync.every=0",
+        )
     _check_objective(cfg)
     validate_generation(cfg.model, cfg.data, cfg.rollout)
     _check_optim(cfg.optim)
@@ -95,6 +103,7 @@ def _check_counts(cfg: TrainConfig) -> None:
 
 
 def _check_distributed(distributed: DistributedConfig) -> None:
+    check_choice("distributed.strategy", distributed.strategy, STRATEGIES)
     if not 0 <= distributed.main_process_port <= 65535:
         fail("distributed.main_process_port", distributed.main_process_port, "must be a port, 0 for a free one")
     if distributed.accelerate_config and not Path(distributed.accelerate_config).is_file():

@@ -282,7 +282,9 @@ def apply_step(
     if scaler is not None:
         scaler.unscale_(optimizer)  # clip and measure the true gradient
     max_norm = max_grad_norm if max_grad_norm > 0 else math.inf
-    grad_norm = torch.nn.utils.clip_grad_norm_(learner.model.parameters(), max_norm).item()
+    norm = torch.nn.utils.clip_grad_norm_(learner.model.parameters(), max_norm)
+    # FSDP2's norm is a DTensor: the whole norm is its full tensor
+    grad_norm = (norm.full_tensor() if callable(getattr(norm, "full_tensor", None)) else norm).item()
     if math.isfinite(grad_norm) and math.isfinite(step_loss):
         if on_first_step is not None and totals.steps == 0:
             on_first_step()

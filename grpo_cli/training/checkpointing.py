@@ -15,6 +15,7 @@ from grpo_cli.errors import GrpoError
 from grpo_cli.monitor import truncate_metrics
 from grpo_cli.training.distributed import World
 from grpo_cli.training.resume import check_resume
+from grpo_cli.training.sharding import FULL_OPTIMIZER, full_optimizer_state, load_full_optimizer_state
 from grpo_cli.training.state import TrainState
 
 log = logging.getLogger("grpo")
@@ -29,11 +30,15 @@ class Policy:
     model_dir: Path  # the starting model's directory
 
 
-def training_state(learner: Learner, state: TrainState, moving_reference: bool) -> dict[str, Any]:
+def training_state(
+    learner: Learner, state: TrainState, moving_reference: bool, optimizer: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """What from_pretrained does not hold: optimizer, scheduler, fp16 scaler, TrainState, and a
-    reference that algo.ref_sync has moved away from the starting model."""
+    reference that algo.ref_sync has moved away from the starting model. `optimizer`: a sharded
+    run's full state (`sharding.full_optimizer_state`, gathered by every process beforehand)."""
     return {
-        "optimizer": learner.optimizer.state_dict(),
+        "optimizer": optimizer if optimizer is not None else learner.optimizer.state_dict(),
+        "optimizer_format": FULL_OPTIMIZER if optimizer is not None else "index",
         "scheduler": learner.scheduler.state_dict(),
         "scaler": learner.scaler.state_dict() if learner.scaler is not None else None,
         "state": state.state_dict(),
@@ -47,6 +52,7 @@ class RunCheckpoints:
     def __init__(self, cfg: TrainConfig, run_dir: Path, world: World) -> None:
         self.cfg, self.run_dir, self.world = cfg, run_dir, world
         self.saved_step = -1  # the step last saved (or resumed from): a data-parallel save happens once
+        self.sharded = world.size > 1 and cfg.distributed.strategy == "fsdp"  # optimizer state in shards
 
     def resume_point(self) -> Path | None:
         """The checkpoint `train.resume` names, its config changes since then logged (an incompatible one fails)."""
@@ -66,10 +72,13 @@ class RunCheckpoints:
         """Weights (a LoRA run: its adapter only, peft's files) and tokenizer as Hugging Face files;
         optimizer, scheduler and TrainState beside them."""
         directory = self.run_dir / "checkpoints" / f"step_{step:06d}"
+        optimizer = None
         if self.world.size > 1:  # every process must take the same branch: decide on what all of them know
             if self.saved_step == step:
                 return directory
             self.saved_step = step
+            if self.sharded:  # every process gathers its optimizer shards (a collective); the main one writes
+                optimizer = full_optimizer_state(learner.model, learner.optimizer)
             if not self.world.is_main:  # every process holds the same weights and state: the main one writes
                 self.world.barrier()
                 return directory
@@ -87,7 +96,7 @@ class RunCheckpoints:
             policy.model,
             policy.tokenizer,
             trainer_state,
-            training_state(learner, state, moving_reference=self.cfg.algo.ref_sync.every > 0),
+            training_state(learner, state, moving_reference=self.cfg.algo.ref_sync.every > 0, optimizer=optimizer),
         )
         self.world.barrier()  # nobody reads or resumes from a checkpoint still being written
         return saved
@@ -97,7 +106,15 @@ class RunCheckpoints:
         trainer_state, saved = load_checkpoint_state(directory)
         if "state" not in saved:
             raise GrpoError(f"{directory}: written by an older grpo; start over with train.resume=never")
-        learner.optimizer.load_state_dict(saved["optimizer"])
+        if saved.get("optimizer_format") == FULL_OPTIMIZER:  # written sharded: any process count takes it
+            load_full_optimizer_state(learner.model, learner.optimizer, saved["optimizer"])
+        elif self.sharded:
+            raise GrpoError(
+                f"{directory}: written by an unsharded run; distributed.strategy=fsdp resumes from checkpoints of "
+                "fsdp runs only: resume with distributed.strategy=ddp, or start over with train.resume=never"
+            )
+        else:
+            learner.optimizer.load_state_dict(saved["optimizer"])
         learner.scheduler.load_state_dict(saved["scheduler"])
         if learner.scaler is not None and saved.get("scaler"):
             learner.scaler.load_state_dict(saved["scaler"])

@@ -1,5 +1,6 @@
 """The update's moving parts, built from the config once per run: the optimizer and its schedule
-sized to the run's optimizer steps, the DDP wrapper, mixed precision and the fixed update settings."""
+sized to the run's optimizer steps, the DDP wrapper or the FSDP2 copy, mixed precision and the fixed
+update settings."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from grpo_cli.core.optim import build_optimizer, completions_per_step, effective
 from grpo_cli.core.precision import autocast_factory, gradient_scaler
 from grpo_cli.core.update import Learner, UpdateSettings
 from grpo_cli.training.distributed import World, data_parallel_model
+from grpo_cli.training.sharding import shard_copy
 
 
 def build_learner(
@@ -21,11 +23,17 @@ def build_learner(
     device: torch.device,
 ) -> tuple[Learner, UpdateSettings, float]:
     """(learner, settings, effective lr). The update's forward and backward go through DDP
-    (gradients averaged); sampling, the reference and checkpoints use the module itself."""
+    (gradients averaged) or an FSDP2 copy (sharded, gathered back after each update by the
+    trainer); sampling, the reference and checkpoints use the module itself."""
     updates_per_step = cfg.algo.num_iterations * cfg.algo.mini_batches  # exact: mini-batches are planned
     batch = completions_per_step(cfg.train.prompts_per_step, cfg.rollout.num_generations, cfg.algo.mini_batches)
-    optimizer, scheduler = build_optimizer(model, cfg.optim, cfg.train.steps * updates_per_step, batch)
-    train_model = data_parallel_model(model, device) if world.size > 1 else model
+    if world.size > 1 and cfg.distributed.strategy == "fsdp":  # the update on a sharded copy (training.sharding)
+        train_model = shard_copy(model, device, cfg.distributed.reshard_after_forward)
+    else:
+        train_model = data_parallel_model(model, device) if world.size > 1 else model
+    # DDP's wrapper holds the module's own parameters; an FSDP copy, sharded ones: the optimizer takes those
+    trained = train_model if train_model is not model and cfg.distributed.strategy == "fsdp" else model
+    optimizer, scheduler = build_optimizer(trained, cfg.optim, cfg.train.steps * updates_per_step, batch)
     autocast, scaler = autocast_factory(device, precision), gradient_scaler(precision, device)
     learner = Learner(train_model, optimizer, scheduler, reference, autocast, scaler, world, updates_per_step)
     train, optim = cfg.train, cfg.optim

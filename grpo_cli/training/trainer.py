@@ -49,6 +49,7 @@ from grpo_cli.training.interrupt import DeferredInterrupt, Interrupted
 from grpo_cli.training.learner import build_learner
 from grpo_cli.training.metrics import step_metrics, step_samples
 from grpo_cli.training.pipeline import evaluate_greedy, fit_to_model, generate_groups, score_rollout
+from grpo_cli.training.sharding import gather_into, training_state_bytes
 from grpo_cli.training.state import RngState, TrainState, seed_everything
 
 log = logging.getLogger("grpo")
@@ -130,11 +131,26 @@ class GRPOTrainer:
         self.guard = StabilityGuard(cfg.guard)
         self.halt: GuardVerdict | None = None  # a guard's pause or stop, carried out once the step is saved
         self.phase_announced = False  # the first step this process runs names the curriculum phase
+        self.state_logged = False  # the training state's bytes per process, logged after the first update
         parts = {"rng": RngState(), "sampler": self.sampler, "fusion": self.reward_fusion, "guard": self.guard}
         for name, part in {**parts, "clip": self.clip}.items():
             self.state.register(name, part)
         self.alerts = StepAlerts(cfg.monitor, self.success.name, self.state)
         self.step_index, self.history = self.checkpoints.start(self.resumed_from, self.learner, self.state)
+
+    def log_training_state(self) -> None:
+        """This process's tensor bytes of trained weights, gradients and optimizer state: what
+        distributed.strategy=fsdp divides by the number of processes (docs/scaling.md)."""
+        self.state_logged = True
+        held = training_state_bytes(self.learner.model, self.learner.optimizer)
+        if self.world.is_main:
+            log.info(
+                "training state per process (distributed.strategy=%s, %d process(es)): %s MiB in all",
+                self.cfg.distributed.strategy if self.world.size > 1 else "none",
+                self.world.size,
+                ", ".join(f"{name} {size / 2**20:.3f}" for name, size in held.items())
+                + f"; {sum(held.values()) / 2**20:.3f}",
+            )
 
     def step(self) -> StepResult:
         cfg, g, world = self.cfg, self.cfg.rollout.num_generations, self.world
@@ -191,8 +207,12 @@ class GRPOTrainer:
             )
         else:  # dynamic sampling found no group with a signal: nothing to learn from, the weights stay
             update = UpdateTotals().stats(self.learner.collective, with_kl=self.learner.reference is not None)
-        if update.optimizer_steps:  # a generator with its own copy of the weights (vLLM) refreshes it
-            self.generator.weights_updated()
+        if update.optimizer_steps:
+            if self.checkpoints.sharded:  # distributed.strategy=fsdp: the whole module samples, saves
+                gather_into(self.learner.model, self.model)
+            if not self.state_logged:  # the first update of this process: the optimizer state now exists
+                self.log_training_state()
+            self.generator.weights_updated()  # a generator with its own copy of the weights (vLLM) refreshes it
         t_train = time.perf_counter()
         self.interrupts.arm()  # even when every update was skipped: the step's outcome is final now
         verdicts = self.guard.observe(raw, update.optimizer_steps, update.skipped_updates)  # pause/stop: once saved
