@@ -1,7 +1,7 @@
 """One trainer step on a fixed global batch, in one process or as one of N (accelerate launch).
 
-Run by tests/training/test_data_parallel.py: `python data_parallel_step.py MODEL_DIR RUN_ROOT OUT`
-alone, then under `accelerate launch --num_processes 2`. Every process generates the whole global
+Run by tests/training/test_data_parallel.py: `python data_parallel_step.py MODEL_DIR RUN_ROOT OUT
+[STRATEGY]` alone, then under `accelerate launch --num_processes 2` with distributed.strategy ddp and fsdp. Every process generates the whole global
 batch from one seed (so both runs see the same completions), keeps its own rows, and calls
 `GRPOTrainer.learn`, the function `step()` calls after generating. The main process saves what
 the optimizer was about to apply (every gradient, via a step pre-hook) and the step's figures.
@@ -39,6 +39,11 @@ def config(model_dir: str, scale_rewards: str, loss_type: str):
     return cfg
 
 
+def whole(tensor):
+    """A tensor as one process holds it whole: an FSDP2 shard (DTensor) gathered (a collective)."""
+    return tensor.full_tensor() if callable(getattr(tensor, "full_tensor", None)) else tensor
+
+
 def varied_lengths(rollout, trainer):
     """The same rollout with the first half's completions ending (EOS) after 1 to 3 tokens and the
     second half's running to max_new_tokens: the two processes' token counts differ, so a local
@@ -54,7 +59,7 @@ def varied_lengths(rollout, trainer):
     return finish_rollout(rollout.prompt_ids, rollout.prompt_mask, ids, [eos], trainer.tokenizer, g)
 
 
-def main(model_dir: str, run_root: str, out: str) -> None:
+def main(model_dir: str, run_root: str, out: str, strategy: str = "ddp") -> None:
     import torch
 
     from grpo_cli.commands.launch import WORKER_ENV, join_world
@@ -66,6 +71,7 @@ def main(model_dir: str, run_root: str, out: str) -> None:
     results = {}
     for name, (scale_rewards, loss_type) in CASES.items():
         cfg = config(model_dir, scale_rewards, loss_type)
+        cfg.distributed.strategy = strategy
         if name == "entropy_terms":  # the quantile and the mean over every process and micro-batch of the step
             cfg.algo.top_entropy_quantile, cfg.algo.entropy_coef = 0.5, 0.05
         run_dir = Path(run_root) / name
@@ -75,7 +81,7 @@ def main(model_dir: str, run_root: str, out: str) -> None:
         grads: list[list[torch.Tensor]] = []
         trainer.learner.optimizer.register_step_pre_hook(
             lambda opt, args, kwargs, grads=grads: grads.append(
-                [p.grad.detach().clone() for group in opt.param_groups for p in group["params"]]
+                [whole(p.grad).detach().clone() for group in opt.param_groups for p in group["params"]]
             )
         )
         steps = []
@@ -115,4 +121,4 @@ def main(model_dir: str, run_root: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])

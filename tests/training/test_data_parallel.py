@@ -46,22 +46,28 @@ def _accelerate_launch(*target: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def one_and_two(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
+def one_and_two(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """The step script on 1 process, on 2 under ddp and on 2 under fsdp, side by side."""
     root = tmp_path_factory.mktemp("data_parallel")
     args = [str(STEP_SCRIPT), str(tiny_model_dir)]
     _run_together(
         [sys.executable, *args, str(root / "one"), str(root / "one.pt")],
-        _accelerate_launch(*args, str(root / "two"), str(root / "two.pt")),
+        _accelerate_launch(*args, str(root / "ddp"), str(root / "ddp.pt"), "ddp"),
+        _accelerate_launch(*args, str(root / "fsdp"), str(root / "fsdp.pt"), "fsdp"),
     )
-    return torch.load(root / "one.pt"), torch.load(root / "two.pt")
+    return {name: torch.load(root / f"{name}.pt") for name in ("one", "ddp", "fsdp")}
 
 
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 @pytest.mark.parametrize("case", ["batch_scaled", "dapo", "bnpo", "entropy_terms"])
-def test_two_processes_compute_the_single_process_update(one_and_two: tuple[dict, dict], case: str) -> None:
+def test_two_processes_compute_the_single_process_update(
+    one_and_two: dict[str, dict], case: str, strategy: str
+) -> None:
     """scale_rewards=batch needs the batch's std, dapo/bnpo the batch's token count (the two
     processes' shares differ: 15 tokens against 48), dapo also across accumulated micro-batches;
-    top_entropy_quantile's threshold and the entropy bonus's mean, the step's tokens over both."""
-    one, two = one_and_two[0][case], one_and_two[1][case]
+    top_entropy_quantile's threshold and the entropy bonus's mean, the step's tokens over both.
+    fsdp: the same update from sharded weights, gradients and optimizer state, gathered back."""
+    one, two = one_and_two["one"][case], one_and_two[strategy][case]
     assert (one["processes"], two["processes"]) == (1, 2)
     lengths = one["lengths"]
     assert sum(lengths[:8]) != sum(lengths[8:])  # uneven shares: local denominators would be wrong
