@@ -158,16 +158,17 @@ SHARDED = ("FSDP", "DEEPSPEED", "MEGATRON_LM")  # accelerate distributed types t
 def data_parallel_model(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
     """The policy wrapped for the update by accelerate (DistributedDataParallel: each process
     keeps whole weights and gradients are averaged). An accelerate config asking for FSDP or
-    DeepSpeed is refused: they shard the weights that sampling and the reference pass need whole."""
+    DeepSpeed is refused: accelerate would shard the very module that samples; sharding is
+    distributed.strategy=fsdp, which shards a copy for the update (training.sharding)."""
     from accelerate import Accelerator
 
     accelerator = Accelerator(cpu=device.type == "cpu")
     kind = accelerator.distributed_type.name
     if kind in SHARDED:
         raise GrpoError(
-            f"the accelerate config asks for {kind}, which shards the weights; grpo trains data-parallel with "
-            "DDP (every process holds the whole model, as sampling needs): use an accelerate config with "
-            "distributed_type MULTI_GPU (recipes/accelerate/multi_gpu.yaml), or LoRA (model.lora.enabled=true) "
-            "to fit a larger model"
+            f"the accelerate config asks for {kind}; grpo shards the weights itself: keep distributed_type "
+            "MULTI_GPU in the accelerate config (recipes/accelerate/multi_gpu.yaml) and add "
+            "distributed.strategy=fsdp (torch's FSDP2: each process holds 1/N of the trained weights, "
+            "gradients and optimizer state; docs/scaling.md#sharded-training)"
         )
     return accelerator.prepare_model(model)

@@ -117,17 +117,28 @@ def worst_batch(cfg: TrainConfig, device: torch.device, shape: ModelShape) -> Wo
     )
 
 
+def shards(cfg: TrainConfig) -> int:
+    """How many ways the trained state is split: the processes under distributed.strategy=fsdp, else 1."""
+    processes = cfg.distributed.num_processes
+    return processes if cfg.distributed.strategy == "fsdp" and processes > 1 else 1
+
+
 def resident_parts(cfg: TrainConfig, shape: ModelShape, w: Worst) -> list[Part]:
-    """What a run holds throughout: the weights, the KL reference, AdamW's moments."""
+    """What a run holds throughout: the weights, the KL reference, AdamW's moments; under fsdp also
+    this process's shard of the trained copy (the whole weights stay, for sampling: training.sharding)."""
+    n = shards(cfg)
     parts = [Part("weights", shape.parameters * w.wb, "resident", f"{shape.parameters / 1e6:.1f}M x {w.weights_name}")]
+    if n > 1:
+        how = f"1/{n} of the weights, distributed.strategy=fsdp"
+        parts.append(Part("sharded weights", shape.parameters * w.wb // n, "resident", how))
     if cfg.algo.beta == 0:
         parts.append(Part("reference model", 0, "resident", "none at algo.beta=0"))
     elif cfg.model.lora.enabled:
         parts.append(Part("reference model", 0, "resident", "none extra: the base with adapters off"))
     else:
         parts.append(Part("reference model", shape.parameters * w.wb, "resident", "a frozen copy (algo.beta > 0)"))
-    how = f"AdamW: 2 moments x {w.trainable / 1e6:.2f}M"
-    parts.append(Part("optimizer state", 2 * w.trainable * w.tb, "resident", how))
+    how = f"AdamW: 2 moments x {w.trainable / 1e6:.2f}M" + (f", 1/{n} of them" if n > 1 else "")
+    parts.append(Part("optimizer state", 2 * w.trainable * w.tb // n, "resident", how))
     return parts
 
 
@@ -179,7 +190,7 @@ def update_phase(cfg: TrainConfig, shape: ModelShape, w: Worst, parts: list[Part
     activations = _activations(worst, shape, cfg, w.cb, w.wb)
     entropy_grad = cfg.algo.entropy_coef > 0
     logits = max(_logits(worst, w.completion, shape.vocab, w.lb, _entropy(cfg), entropy_grad=entropy_grad))
-    gradients = w.trainable * w.tb
+    gradients = w.trainable * w.tb // shards(cfg)  # fsdp: reduce-scattered into this process's shard
     # backward writes the output layer's gradient first; accumulation keeps the earlier micro-batches'
     held = gradients if cfg.train.grad_accum_steps > 1 else (0 if lora else shape.output_parameters * w.tb)
     checkpointed = ", checkpointed" if cfg.model.gradient_checkpointing else ""

@@ -1,10 +1,11 @@
 """One trainer step on a fixed global batch, in one process or as one of N (accelerate launch).
 
 Run by tests/training/test_data_parallel.py: `python data_parallel_step.py MODEL_DIR RUN_ROOT OUT
-[STRATEGY]` alone, then under `accelerate launch --num_processes 2` with distributed.strategy ddp and fsdp. Every process generates the whole global
-batch from one seed (so both runs see the same completions), keeps its own rows, and calls
-`GRPOTrainer.learn`, the function `step()` calls after generating. The main process saves what
-the optimizer was about to apply (every gradient, via a step pre-hook) and the step's figures.
+[STRATEGY]` alone, then under `accelerate launch --num_processes 2` with distributed.strategy ddp
+and fsdp. Every process generates the whole global batch from one seed (so both runs see the same
+completions), keeps its own rows, and calls `GRPOTrainer.learn`, the function `step()` calls after
+generating. The main process saves what the optimizer was about to apply (every gradient, gathered
+whole, via a step pre-hook) and the step's figures.
 """
 
 from __future__ import annotations

@@ -96,7 +96,9 @@ def test_a_killed_fsdp_run_resumes_bit_for_bit_then_on_one_process_and_exports(
     assert [row["step"] for row in again] == list(range(1, 11))
     assert again == straight  # bit for bit: the resumed steps too
 
-    single = run_grpo(*[a for a in args if not a.startswith(("distributed.", "train.steps"))], "train.steps=11", env=ENV)
+    single = run_grpo(
+        *[a for a in args if not a.startswith(("distributed.", "train.steps"))], "train.steps=11", env=ENV
+    )
     assert single.returncode == 0, single.stdout[-3000:] + single.stderr[-3000:]
     assert "written by 2 process(es), this run has 1" in (run_dir / "train.log").read_text()
     assert [row["step"] for row in read_metrics(run_dir)] == list(range(1, 12))
@@ -111,3 +113,54 @@ def test_a_killed_fsdp_run_resumes_bit_for_bit_then_on_one_process_and_exports(
     for name, tensor in saved.items():
         assert torch.equal(state[name], tensor), name  # whole tensors, not shards
     assert json.loads((checkpoint / "trainer_state.json").read_text())["processes"] == 2
+
+
+def test_two_nodes_of_one_process_each_train_what_one_node_of_two_does(
+    ddp_and_fsdp: dict[str, Path], tmp_path: Path
+) -> None:
+    """Two `torchrun --nnodes 2` launches on this machine, rendezvous on 127.0.0.1, as a user starts
+    one per node: the same run as one node's 2 processes (ranks, seeds and shards are the same)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    run_dir = tmp_path / "run"
+    nodes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                "2",
+                "--nproc-per-node",
+                "1",
+                "--node-rank",
+                str(rank),
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                str(port),
+                "-m",
+                "grpo_cli",
+                "train",
+                *QUICK,
+                "train.steps=3",
+                "distributed.strategy=fsdp",
+                f"hydra.run.dir={run_dir}",
+            ],
+            cwd=REPO,
+            env={**os.environ, **ENV, "PYTHONUNBUFFERED": "1"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        for rank in (0, 1)
+    ]
+    for node in nodes:
+        output = node.communicate(timeout=300)[0].decode()
+        assert node.returncode == 0, output[-3000:]
+    two_nodes = reproducible(read_metrics(run_dir))
+    one_node = reproducible(read_metrics(ddp_and_fsdp["fsdp"]))[:3]
+    assert two_nodes == one_node
+    assert json.loads((run_dir / "summary.json").read_text())["processes"] == 2
