@@ -360,6 +360,7 @@ class DistributedConfig:
     # each process holds 1/N of the trained weights, gradients and optimizer state; docs/scaling.md#sharded-training)
     strategy: str = "ddp"
     reshard_after_forward: bool = True  # fsdp: free each layer's gathered weights after its forward (less memory)
+    cpu_offload: bool = False  # fsdp on GPUs: parameters, gradients and optimizer state in host memory between uses
     main_process_port: int = 0  # rendezvous port of the workers; 0: a free port on this machine
     accelerate_config: str | None = None  # an accelerate config file for the launch (accelerate launch --config_file)
 

@@ -11,7 +11,7 @@ from grpo_cli.core.optim import build_optimizer, completions_per_step, effective
 from grpo_cli.core.precision import autocast_factory, gradient_scaler
 from grpo_cli.core.update import Learner, UpdateSettings
 from grpo_cli.training.distributed import World, data_parallel_model
-from grpo_cli.training.sharding import shard_copy
+from grpo_cli.training.sharding import shard
 
 
 def build_learner(
@@ -28,7 +28,9 @@ def build_learner(
     updates_per_step = cfg.algo.num_iterations * cfg.algo.mini_batches  # exact: mini-batches are planned
     batch = completions_per_step(cfg.train.prompts_per_step, cfg.rollout.num_generations, cfg.algo.mini_batches)
     if world.size > 1 and cfg.distributed.strategy == "fsdp":  # the update on a sharded copy (training.sharding)
-        train_model = shard_copy(model, device, cfg.distributed.reshard_after_forward)
+        train_model = shard(model, device, cfg.distributed, precision, copy_first=True)
+        if isinstance(reference, torch.nn.Module):  # a frozen copy (a LoRA run: the policy, adapters off)
+            reference = shard(reference, device, cfg.distributed, precision, copy_first=False)
     else:
         train_model = data_parallel_model(model, device) if world.size > 1 else model
     # DDP's wrapper holds the module's own parameters; an FSDP copy, sharded ones: the optimizer takes those

@@ -9,7 +9,8 @@ the layer-by-layer all-gathers of a sharded forward would not line up across pro
 policy module the trainer holds therefore stays whole and serves sampling, checkpoints and the
 LoRA reference; after each update `gather_into` writes the sharded copy's trained weights back into
 it, one parameter at a time. That whole copy costs the parameters' bytes once per process (no
-gradients, no optimizer state).
+gradients, no optimizer state). A reference model of its own (algo.beta > 0, no LoRA) is sharded
+in place: its forward passes come in the same number on every process, as the update's do.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from typing import Any
 
 import torch
 
+from grpo_cli.config.schema import DistributedConfig, PrecisionConfig
+from grpo_cli.core.precision import PRECISION_DTYPES
 from grpo_cli.errors import GrpoError
 
 
@@ -37,18 +40,39 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return layers
 
 
-def shard_copy(model: torch.nn.Module, device: torch.device, reshard_after_forward: bool) -> torch.nn.Module:
-    """A copy of `model` sharded over every process: each decoder layer, then the root (the
+def mixed_precision(precision: PrecisionConfig) -> Any:
+    """FSDP2's policy for the `precision` group: under autocast to bf16 or fp16, each gathered
+    block computes in that dtype from the fp32 master shards, and gradients reduce in fp32; else
+    the weights' own dtype throughout."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    if not precision.autocast or precision.dtype == "fp32":
+        return MixedPrecisionPolicy()
+    return MixedPrecisionPolicy(param_dtype=PRECISION_DTYPES[precision.dtype], reduce_dtype=torch.float32)
+
+
+def shard(
+    model: torch.nn.Module, device: torch.device, cfg: DistributedConfig, precision: PrecisionConfig, copy_first: bool
+) -> torch.nn.Module:
+    """`model` (or a copy of it) sharded over every process: each decoder layer, then the root (the
     embedding, the final norm and the LM head, tied or not)."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
 
-    sharded = copy.deepcopy(model)
+    sharded = copy.deepcopy(model) if copy_first else model
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    # parameters and optimizer state in host memory between uses: a GPU's saving; on a CPU they are there
+    offload = CPUOffloadPolicy() if cfg.cpu_offload and device.type != "cpu" else OffloadPolicy()
+    options = {
+        "mesh": mesh,
+        "reshard_after_forward": cfg.reshard_after_forward,
+        "mp_policy": mixed_precision(precision),
+        "offload_policy": offload,
+    }
     for layer in decoder_layers(sharded):
-        fully_shard(layer, mesh=mesh, reshard_after_forward=reshard_after_forward)
-    fully_shard(sharded, mesh=mesh, reshard_after_forward=reshard_after_forward)
+        fully_shard(layer, **options)
+    fully_shard(sharded, **options)
     return sharded
 
 

@@ -164,3 +164,18 @@ def test_two_nodes_of_one_process_each_train_what_one_node_of_two_does(
     one_node = reproducible(read_metrics(ddp_and_fsdp["fsdp"]))[:3]
     assert two_nodes == one_node
     assert json.loads((run_dir / "summary.json").read_text())["processes"] == 2
+
+
+def test_under_bf16_autocast_fsdp_computes_in_bf16_and_reduces_in_fp32(tmp_path: Path) -> None:
+    """precision=bf16 becomes FSDP2's mixed-precision policy (bf16 blocks from fp32 master shards,
+    fp32 gradient reduction): the run tracks ddp under the same autocast to bf16's rounding."""
+    runs = {}
+    for strategy in ("ddp", "fsdp"):
+        runs[strategy] = tmp_path / strategy
+        train(runs[strategy], "train.steps=3", "precision=bf16", "algo.beta=0.04", "distributed.num_processes=2",
+              f"distributed.strategy={strategy}")  # fmt: skip
+    ddp, fsdp = read_metrics(runs["ddp"]), read_metrics(runs["fsdp"])
+    for a, b in zip(ddp, fsdp):
+        assert b["reward/mean"] == a["reward/mean"]  # the same draws from nearly the same weights
+        assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-2)
+        assert b["kl"] == pytest.approx(a["kl"], rel=5e-2, abs=1e-6)
