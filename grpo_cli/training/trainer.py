@@ -143,12 +143,14 @@ class GRPOTrainer:
         distributed.strategy=fsdp divides by the number of processes (docs/scaling.md)."""
         self.state_logged = True
         held = training_state_bytes(self.learner.model, self.learner.optimizer)
+        if self.world.is_main and self.cfg.distributed.strategy == "fsdp" and self.world.size == 1:
+            log.info("distributed.strategy=fsdp on one process: nothing to shard, the run trains unsharded")
         if self.world.is_main:
             log.info(
                 "training state per process (distributed.strategy=%s, %d process(es)): %s MiB in all",
                 self.cfg.distributed.strategy if self.world.size > 1 else "none",
                 self.world.size,
-                ", ".join(f"{name} {size / 2**20:.3f}" for name, size in held.items())
+                ", ".join(f"{name} {size / 2**20:.3f} MiB" for name, size in held.items())
                 + f"; {sum(held.values()) / 2**20:.3f}",
             )
 
