@@ -64,6 +64,23 @@ def run_grpo(
     )
 
 
+def kill_once_saved(command: list[str], checkpoint: Path, env: dict[str, str], timeout: float = 240) -> None:
+    """Start `command` in its own session, wait until `checkpoint` is written, then kill -9 the whole
+    session (a launcher, torchrun and every worker): a preempted multi-process run."""
+    import time
+
+    proc = subprocess.Popen(
+        command, cwd=REPO, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    deadline = time.monotonic() + timeout
+    while not checkpoint.exists():
+        assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
+        assert time.monotonic() < deadline, f"no {checkpoint.name} in {timeout:g} s"
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
 def read_metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 

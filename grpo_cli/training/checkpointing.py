@@ -15,7 +15,7 @@ from grpo_cli.errors import GrpoError
 from grpo_cli.monitor import truncate_metrics
 from grpo_cli.training.distributed import World
 from grpo_cli.training.resume import check_resume
-from grpo_cli.training.sharding import FULL_OPTIMIZER, full_optimizer_state, load_full_optimizer_state
+from grpo_cli.training.sharding import FULL_OPTIMIZER, full_optimizer_state, load_full_optimizer_state, sharded_run
 from grpo_cli.training.state import TrainState
 
 log = logging.getLogger("grpo")
@@ -52,7 +52,7 @@ class RunCheckpoints:
     def __init__(self, cfg: TrainConfig, run_dir: Path, world: World) -> None:
         self.cfg, self.run_dir, self.world = cfg, run_dir, world
         self.saved_step = -1  # the step last saved (or resumed from): a data-parallel save happens once
-        self.sharded = world.size > 1 and cfg.distributed.strategy == "fsdp"  # optimizer state in shards
+        self.sharded = sharded_run(cfg.distributed, world.size)  # optimizer state in shards
 
     def resume_point(self) -> Path | None:
         """The checkpoint `train.resume` names, its config changes since then logged (an incompatible one fails)."""

@@ -11,7 +11,7 @@ from grpo_cli.core.optim import build_optimizer, completions_per_step, effective
 from grpo_cli.core.precision import autocast_factory, gradient_scaler
 from grpo_cli.core.update import Learner, UpdateSettings
 from grpo_cli.training.distributed import World, data_parallel_model
-from grpo_cli.training.sharding import shard
+from grpo_cli.training.sharding import shard, sharded_run
 
 
 def build_learner(
@@ -27,15 +27,15 @@ def build_learner(
     trainer); sampling, the reference and checkpoints use the module itself."""
     updates_per_step = cfg.algo.num_iterations * cfg.algo.mini_batches  # exact: mini-batches are planned
     batch = completions_per_step(cfg.train.prompts_per_step, cfg.rollout.num_generations, cfg.algo.mini_batches)
-    if world.size > 1 and cfg.distributed.strategy == "fsdp":  # the update on a sharded copy (training.sharding)
+    if sharded_run(cfg.distributed, world.size):  # the update on a sharded copy (training.sharding)
         train_model = shard(model, device, cfg.distributed, precision, copy_first=True)
+        optimized = train_model  # the copy's sharded parameters, not the whole module's
         if isinstance(reference, torch.nn.Module):  # a frozen copy (a LoRA run: the policy, adapters off)
             reference = shard(reference, device, cfg.distributed, precision, copy_first=False)
-    else:
+    else:  # DDP's wrapper holds the module's own parameters
         train_model = data_parallel_model(model, device) if world.size > 1 else model
-    # DDP's wrapper holds the module's own parameters; an FSDP copy, sharded ones: the optimizer takes those
-    trained = train_model if train_model is not model and cfg.distributed.strategy == "fsdp" else model
-    optimizer, scheduler = build_optimizer(trained, cfg.optim, cfg.train.steps * updates_per_step, batch)
+        optimized = model
+    optimizer, scheduler = build_optimizer(optimized, cfg.optim, cfg.train.steps * updates_per_step, batch)
     autocast, scaler = autocast_factory(device, precision), gradient_scaler(precision, device)
     learner = Learner(train_model, optimizer, scheduler, reference, autocast, scaler, world, updates_per_step)
     train, optim = cfg.train, cfg.optim

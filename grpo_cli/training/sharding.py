@@ -26,6 +26,12 @@ from grpo_cli.core.precision import PRECISION_DTYPES
 from grpo_cli.errors import GrpoError
 
 
+def sharded_run(distributed: DistributedConfig, processes: int) -> bool:
+    """Whether this run's update is sharded: distributed.strategy=fsdp over more than one process
+    (on one there is nothing to shard, and the run trains as ddp's one process does)."""
+    return distributed.strategy == "fsdp" and processes > 1
+
+
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The blocks FSDP shards one by one: the classes transformers names in `_no_split_modules`
     (LlamaDecoderLayer, Qwen2DecoderLayer, ...), found in the model (or a peft model's base)."""

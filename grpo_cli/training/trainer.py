@@ -59,6 +59,8 @@ EVAL_PROMPTS = 64  # held-out prompts per evaluation: a stable figure at a small
 class GRPOTrainer:
     """setup() validates and loads everything; train() loops step(); save() writes an atomic checkpoint."""
 
+    state_logged = False  # the training state's bytes per process are logged once, after the first update
+
     def __init__(
         self, cfg: TrainConfig, run_dir: Path, observers: list[Observer] | None = None, world: World | None = None
     ) -> None:
@@ -131,7 +133,6 @@ class GRPOTrainer:
         self.guard = StabilityGuard(cfg.guard)
         self.halt: GuardVerdict | None = None  # a guard's pause or stop, carried out once the step is saved
         self.phase_announced = False  # the first step this process runs names the curriculum phase
-        self.state_logged = False  # the training state's bytes per process, logged after the first update
         parts = {"rng": RngState(), "sampler": self.sampler, "fusion": self.reward_fusion, "guard": self.guard}
         for name, part in {**parts, "clip": self.clip}.items():
             self.state.register(name, part)
@@ -143,7 +144,8 @@ class GRPOTrainer:
         distributed.strategy=fsdp divides by the number of processes (docs/scaling.md)."""
         self.state_logged = True
         held = training_state_bytes(self.learner.model, self.learner.optimizer)
-        if self.world.is_main and self.cfg.distributed.strategy == "fsdp" and self.world.size == 1:
+        one_process_fsdp = self.cfg.distributed.strategy == "fsdp" and not self.checkpoints.sharded
+        if self.world.is_main and one_process_fsdp:
             log.info("distributed.strategy=fsdp on one process: nothing to shard, the run trains unsharded")
         if self.world.is_main:
             log.info(
@@ -210,7 +212,7 @@ class GRPOTrainer:
         else:  # dynamic sampling found no group with a signal: nothing to learn from, the weights stay
             update = UpdateTotals().stats(self.learner.collective, with_kl=self.learner.reference is not None)
         if update.optimizer_steps:
-            if self.checkpoints.sharded:  # distributed.strategy=fsdp: the whole module samples, saves
+            if self.checkpoints.sharded:  # distributed.strategy=fsdp: the whole module samples and saves
                 gather_into(self.learner.model, self.model)
             if not self.state_logged:  # the first update of this process: the optimizer state now exists
                 self.log_training_state()

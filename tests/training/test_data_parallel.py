@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.conftest import REPO, read_metrics, run_grpo
+from tests.conftest import REPO, kill_once_saved, read_metrics, run_grpo
 
 STEP_SCRIPT = Path(__file__).with_name("data_parallel_step.py")
 QUICK = ("monitor.console=plain", "monitor.plots=false", "train.prompts_per_step=4", "rollout.num_generations=4")
@@ -89,21 +87,11 @@ def test_a_killed_two_process_run_resumes(tmp_path: Path) -> None:
     once; then one more step on a single process (another count: handled, and the log says so)."""
     run_dir = tmp_path / "run"
     args = ["train", "train.steps=8", "train.save_every=2", *QUICK, f"hydra.run.dir={run_dir}"]
-    first = subprocess.Popen(
+    kill_once_saved(  # the whole launch: launcher, torchrun and both workers
         [sys.executable, "-m", "grpo_cli", *args, "distributed.num_processes=2"],
-        cwd=REPO,
-        env=_env(),
-        start_new_session=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        run_dir / "checkpoints" / "step_000004",
+        _env(),
     )
-    deadline = time.monotonic() + 240
-    while not (run_dir / "checkpoints" / "step_000004").exists():
-        assert first.poll() is None, first.stdout.read().decode()[-3000:]
-        assert time.monotonic() < deadline, "no second checkpoint in 240 s"
-        time.sleep(0.1)
-    os.killpg(first.pid, signal.SIGKILL)  # the whole launch: launcher, torchrun and both workers
-    first.wait()
     assert not (run_dir / "summary.json").exists()
 
     resumed = subprocess.run(

@@ -7,10 +7,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-from tests.conftest import REPO, read_metrics, reproducible, run_grpo
+from tests.conftest import REPO, kill_once_saved, read_metrics, reproducible, run_grpo
 
 QUICK = ("monitor.console=plain", "monitor.plots=false", "train.prompts_per_step=4", "rollout.num_generations=4")
 ENV = {"ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
@@ -71,21 +69,11 @@ def test_a_killed_fsdp_run_resumes_bit_for_bit_then_on_one_process_and_exports(
     run_dir = tmp_path / "run"
     args = ["train", *QUICK, "train.steps=10", "train.save_every=2", f"hydra.run.dir={run_dir}"]
     args += ["distributed.num_processes=2", "distributed.strategy=fsdp"]
-    first = subprocess.Popen(
+    kill_once_saved(  # launcher, torchrun and both workers
         [sys.executable, "-m", "grpo_cli", *args],
-        cwd=REPO,
-        env={**os.environ, **ENV, "PYTHONUNBUFFERED": "1"},
-        start_new_session=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        run_dir / "checkpoints" / "step_000004",
+        {**os.environ, **ENV, "PYTHONUNBUFFERED": "1"},
     )
-    deadline = time.monotonic() + 240
-    while not (run_dir / "checkpoints" / "step_000004").exists():
-        assert first.poll() is None, first.stdout.read().decode()[-3000:]
-        assert time.monotonic() < deadline, "no second checkpoint in 240 s"
-        time.sleep(0.1)
-    os.killpg(first.pid, signal.SIGKILL)  # launcher, torchrun and both workers
-    first.wait()
     assert not (run_dir / "summary.json").exists()
 
     resumed = run_grpo(*args, env=ENV)
