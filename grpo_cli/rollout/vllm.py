@@ -198,6 +198,9 @@ def build_engine(model: torch.nn.Module, cfg: RolloutConfig, max_prompt_tokens: 
             f"{ranks}-process run would take over the trainer's process group: keep it true"
         )
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if cfg.vllm.multiprocessing else "0"
+    # vLLM posts usage statistics to its server by default; a training run stays on this machine
+    # unless its user opts in (VLLM_NO_USAGE_STATS=0)
+    os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
     if not torch.cuda.is_available() and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:  # a user's own wins
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = local_rank_cores()
     try:

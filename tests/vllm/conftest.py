@@ -18,6 +18,10 @@ from grpo_cli.config.schema import TinyModelConfig
 from grpo_cli.models import build_tiny_model
 from tests.real_model.conftest import smollm2_cache, smollm2_dir  # noqa: F401 (fixtures)
 
+# No test contacts anything off this machine: vLLM's usage report stays off in this process and in
+# every engine and `grpo` subprocess the tests start (build_engine sets it too, as a default)
+os.environ["VLLM_NO_USAGE_STATS"] = os.environ["DO_NOT_TRACK"] = "1"
+
 HERE = Path(__file__).parent
 VLLM_INSTALLED = importlib.util.find_spec("vllm") is not None
 HEAD_32 = TinyModelConfig(num_heads=2)  # hidden 64 over 2 heads
