@@ -107,7 +107,9 @@ def run_train(cfg: TrainConfig, run_dir: Path) -> float:
         return _launch(cfg, run_dir)
     world = join_world(cfg, run_dir)
     with terminate_as_interrupt():  # SIGTERM (a cluster's preemption) stops the run as Ctrl-C does
-        return _train_main(cfg, run_dir, world) if world.is_main else _train_quietly(cfg, run_dir, world)
+        result = _train_main(cfg, run_dir, world) if world.is_main else _train_quietly(cfg, run_dir, world)
+    world.leave()  # only after a finished run: a failed process's partners are stopped by the launcher
+    return result
 
 
 def _launch(cfg: TrainConfig, run_dir: Path) -> float:

@@ -131,6 +131,17 @@ class World:
 
             dist.barrier()
 
+    def leave(self) -> None:
+        """End a finished run's process group in step: each process waits for the others, then tears
+        its group down itself. A process that exits with its gloo group alive can abort in the C++
+        teardown ("terminate called without an active exception") after the run is done, and its
+        launcher then reports the finished run as failed."""
+        if self.size > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
+            dist.destroy_process_group()
+
     @contextlib.contextmanager
     def main_first(self) -> Iterator[None]:
         """The main process runs the block first (e.g. builds and saves the tiny model), the others
