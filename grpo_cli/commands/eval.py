@@ -24,6 +24,7 @@ from grpo_cli.config.eval_checks import validate_eval
 from grpo_cli.config.schema import EvalConfig
 from grpo_cli.core.precision import effective_precision, weights_dtype
 from grpo_cli.data import load_examples
+from grpo_cli.environments import environment_columns
 from grpo_cli.errors import GrpoError
 from grpo_cli.evaluation import ScoredSamples, SuccessRule, sample_metrics
 from grpo_cli.models import load_tokenizer, pick_device, set_cpu_threads
@@ -50,7 +51,8 @@ def _generated(
     if notice:
         log.warning(notice)
     examples = select_split(load_examples(cfg.data), cfg.split, cfg.data)
-    check_columns(fusion.sources, list({k for ex in examples for k in ex if k != "prompt"}))
+    data_columns = list({k for ex in examples for k in ex if k != "prompt"})
+    check_columns(fusion.sources, data_columns + environment_columns(cfg.env, cfg.sandbox))
     loaded = load_sampling_model(
         cfg.model,
         cfg.data,
@@ -62,6 +64,8 @@ def _generated(
         cfg.seed,
         device,
         weights_dtype(precision),
+        cfg.env,
+        cfg.sandbox,
     )
     examples, encoder, generator, model_dir = loaded.examples, loaded.encoder, loaded.generator, loaded.model_dir
     group_size, console = cfg.rollout.num_generations, Console(stderr=True)

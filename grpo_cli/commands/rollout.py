@@ -82,8 +82,9 @@ def prepare(
     device = pick_device(cfg.device)
     set_cpu_threads(cfg.threads, cfg.model.kind, device)
     loaded = load_sampling_model(
-        cfg.model, cfg.data, cfg.rollout, cfg.split, examples, cfg.max_prompts, run_dir, cfg.seed, device, dtype
-    )
+        cfg.model, cfg.data, cfg.rollout, cfg.split, examples, cfg.max_prompts, run_dir, cfg.seed, device, dtype,
+        cfg.env, cfg.sandbox,
+    )  # fmt: skip
     examples, model_dir, budget = loaded.examples, loaded.model_dir, loaded.budget
     generate = partial(
         generate_groups, encoder=loaded.encoder, generator=loaded.generator, group_size=cfg.rollout.num_generations

@@ -265,6 +265,23 @@ class RolloutConfig:
     vllm: VllmConfig = field(default_factory=VllmConfig)
 
 
+ENVIRONMENTS = ("none", "custom", "trl", "tools", "code_feedback", "calculator")  # env.name
+
+
+@dataclass
+class EnvConfig:
+    """`env.*`: multi-turn rollouts, where an environment answers each model turn (docs/environments.md)."""
+
+    name: str = "none"  # ENVIRONMENTS; none: one model turn per completion
+    target: str | None = None  # custom | trl: the environment class, "module:Class"
+    tools: list[str] = field(default_factory=list)  # tools: the tool functions, "module:function" each
+    kwargs: dict[str, Any] = field(default_factory=dict)  # custom: keyword arguments of the class
+    max_turns: int = 3  # model turns per trajectory, the first included (TRL's max_tool_calling_iterations + 1)
+    max_tokens: int = 0  # a trajectory's tokens after the prompt, environment's included; 0: what max_turns allow
+    max_observation_tokens: int = 256  # tokens kept of one environment answer (its start); the rest is cut
+    timeout_s: float = 30.0  # each environment call (reset, step, reward); past it the row fails, the run goes on
+
+
 @dataclass
 class ResumableRolloutConfig(RolloutConfig):
     """`grpo rollout`'s rollout section: train's sampling keys, plus continuing a killed run's file."""
@@ -382,6 +399,7 @@ class TrainConfig:
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainLoopConfig = field(default_factory=TrainLoopConfig)
     guard: GuardConfig = field(default_factory=GuardConfig)
@@ -427,6 +445,7 @@ class EvalConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
@@ -460,3 +479,5 @@ class RolloutRunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     rollout: ResumableRolloutConfig = field(default_factory=ResumableRolloutConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)  # env=code_feedback runs the tests here

@@ -149,7 +149,7 @@ def logprobs_without_grad(
                 model, rollout, idx, settings.temperature, settings.layout, with_entropy=entropy is not None
             )
         if entropy is not None:
-            entropy.add(entropies, rollout.completion_mask[idx])
+            entropy.add(entropies, rollout.model_mask[idx])
         chunks.append(logps)
     return torch.cat(chunks)
 
@@ -230,7 +230,7 @@ def micro_step(
         )
     entropy = entropy_tokens = 0.0
     if not objective.reuse_old:  # one update: this pass sees every row under the sampling policy
-        completion_mask = rollout.completion_mask[micro]
+        completion_mask = rollout.model_mask[micro]
         entropy = (entropies.detach() * completion_mask).sum().item()
         entropy_tokens = completion_mask.sum().item()
     old = objective.old_logps[micro] if objective.old_logps is not None else logps.detach()

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from grpo_cli.rewards.answers import answer_partial_credit, exact_match, last_number
 from grpo_cli.rewards.code.sandboxed_rewards import code_efficiency, code_tests
 from grpo_cli.rewards.code.static_rewards import code_compiles, code_similarity, code_style
+from grpo_cli.rewards.environment import code_feedback_final, code_feedback_improvement, env_reward
 from grpo_cli.rewards.math_answer import math_answer
 from grpo_cli.rewards.structure import overlong, repetition, think_answer_format
 
@@ -44,4 +45,8 @@ BUILTIN_REWARDS: dict[str, Callable[..., list[float | None]]] = {
     "code_style": code_style,
     "code_similarity": code_similarity,
     "code_efficiency": code_efficiency,  # bytecode instructions against the reference's; weight 0 in reward=code
+    # Multi-turn rollouts (env.*): what the environment reported
+    "env_reward": env_reward,
+    "code_feedback_final": code_feedback_final,
+    "code_feedback_improvement": code_feedback_improvement,
 }

@@ -377,6 +377,35 @@ def score_batch(
     return combine(scores) if combine is not None else scores
 
 
+ENV_ERROR = "env_error"  # a multi-turn rollout's column: why the row's environment failed, None where it did not
+
+
+def with_environment_columns(
+    batch: RewardBatch,
+    columns: dict[str, list[Any]],
+    combine: Callable[[dict[str, BatchScores]], dict[str, BatchScores]] | None,
+) -> Callable[[dict[str, BatchScores]], dict[str, BatchScores]] | None:
+    """A multi-turn rollout's per-row environment columns (env_reward, env_turn_scores, ...) join the
+    batch's; the returned `combine` first sets every function's score None (NaN) on the rows whose
+    environment failed, so those rows are out of the step whatever a function made of their text.
+    Not a row error: `on_row_error=zero` would score them 0 and train on them (the trainer's
+    environment alert names the failure instead)."""
+    if not columns:
+        return combine
+    batch.columns.update(columns)
+    failed = [i for i, why in enumerate(columns.get(ENV_ERROR) or []) if why is not None]
+    if not failed:
+        return combine
+
+    def mark(scores: dict[str, BatchScores]) -> dict[str, BatchScores]:
+        for result in scores.values():
+            for i in failed:
+                result.values[i] = math.nan
+        return scores if combine is None else combine(scores)
+
+    return mark
+
+
 def score_and_fuse(
     executor: RewardExecutor,
     fusion: RewardFusion,

@@ -39,7 +39,7 @@ class RewardSource:
     on_row_error: str = "zero"  # zero | skip: a row the function raised on (RewardFunctionConfig.on_row_error)
 
 
-def _import_module(name: str) -> ModuleType:
+def import_module_here(name: str) -> ModuleType:
     """`name`, found as `python -m` finds it: also in the working directory, which the `grpo`
     console script, unlike `python -m grpo_cli`, does not put on sys.path. The directory is
     appended, not prepended: an installed package keeps its name, and a `datasets.py` lying here
@@ -66,7 +66,7 @@ def _import_target(target: str) -> Callable[..., Any]:
         )
     module_name, attr = target.split(":", 1)
     try:
-        module = _import_module(module_name)
+        module = import_module_here(module_name)
     except ImportError as err:
         raise GrpoError(f"reward target '{target}': cannot import {module_name}: {err}") from None
     fn = getattr(module, attr, None)

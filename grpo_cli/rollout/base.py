@@ -27,10 +27,23 @@ class Rollout:
     # [N, C] log-probs of the sampled tokens under the engine that sampled them, where that engine
     # is not the policy itself (vLLM): algo.rollout_correction weighs by pi_policy / pi_engine
     engine_logps: torch.Tensor | None = None
+    # Multi-turn rollouts (env.*): [N, C] 1 on the tokens the model sampled, 0 on the
+    # environment's (tool results, feedback) and on padding. None: every real completion token is the
+    # model's (completion_mask). The loss, the KL, the entropy and every denominator read `model_mask`;
+    # attention reads completion_mask, so the environment's tokens are context the model sees.
+    sampled_mask: torch.Tensor | None = None
+    messages: list[list[dict[str, Any]]] | None = None  # each row's conversation after the prompt, as chat messages
+    env_columns: dict[str, list[Any]] | None = None  # per-row values the environment reports, as reward columns
+
+    @property
+    def model_mask(self) -> torch.Tensor:
+        """[N, C] 1 on the tokens the model sampled: what is trained on."""
+        return self.completion_mask if self.sampled_mask is None else self.sampled_mask
 
     @property
     def lengths(self) -> torch.Tensor:
-        return self.completion_mask.sum(-1)
+        """Tokens the model sampled per row (EOS included): the lengths rewards and metrics read."""
+        return self.model_mask.sum(-1)
 
     def select(self, rows: torch.Tensor, group_size: int) -> Rollout:
         """These rows only (whole groups, or one group of them), e.g. a batch without a group."""
@@ -43,12 +56,15 @@ class Rollout:
             [self.texts[i] for i in rows.tolist()],
             group_size,
             self.engine_logps[rows] if self.engine_logps is not None else None,
+            self.sampled_mask[rows] if self.sampled_mask is not None else None,
+            [self.messages[i] for i in rows.tolist()] if self.messages is not None else None,
+            {k: [v[i] for i in rows.tolist()] for k, v in self.env_columns.items()} if self.env_columns else None,
         )
 
     def token_lists(self) -> list[list[int]]:
-        """Each completion's token ids without padding (EOS kept): what diversity is measured on."""
-        ids, lengths = self.completion_ids.tolist(), self.lengths.tolist()
-        return [row[:n] for row, n in zip(ids, lengths)]
+        """Each completion's sampled token ids without padding (EOS kept): what diversity is measured on."""
+        ids, keep = self.completion_ids.tolist(), self.model_mask.tolist()
+        return [[t for t, k in zip(row, m) if k] for row, m in zip(ids, keep)]
 
 
 class Generator(Protocol):
@@ -130,4 +146,15 @@ def concat_rollouts(parts: list[Rollout], pad_token_id: int) -> Rollout:
         [text for r in parts for text in r.texts],
         parts[0].group_size,
         torch.cat([right(r.engine_logps, 0) for r in parts]) if parts[0].engine_logps is not None else None,
+        torch.cat([right(r.sampled_mask, 0) for r in parts]) if parts[0].sampled_mask is not None else None,
+        [m for r in parts for m in r.messages] if parts[0].messages is not None else None,
+        _concat_columns([r.env_columns or {} for r in parts], [len(r.texts) for r in parts])
+        if parts[0].env_columns is not None
+        else None,
     )
+
+
+def _concat_columns(parts: list[dict[str, list[Any]]], rows: list[int]) -> dict[str, list[Any]]:
+    """Per-row columns of several parts, in order; a column a part lacks is None on its rows."""
+    names = dict.fromkeys(name for part in parts for name in part)
+    return {name: [v for part, n in zip(parts, rows) for v in part.get(name, [None] * n)] for name in names}

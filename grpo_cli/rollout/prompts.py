@@ -16,6 +16,7 @@ from transformers import PreTrainedTokenizerBase
 
 from grpo_cli.config.schema import LONG_PROMPT_POLICIES
 from grpo_cli.errors import GrpoError
+from grpo_cli.rollout.chat_turns import render_prompt
 
 log = logging.getLogger("grpo")
 
@@ -28,11 +29,12 @@ class PromptEncoder:
         self.tokenizer = tokenizer
         self.max_tokens = max_tokens
         self.device = device
+        self.tool_schemas: list[dict[str, Any]] | None = None  # an environment's tools, offered to the model
 
     def _texts(self, prompts: list[Any]) -> tuple[list[str], bool]:
         conversational = [isinstance(p, list) for p in prompts]
         texts = [
-            self.tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) if conv else p
+            render_prompt(self.tokenizer, p, self.tool_schemas) if conv else p
             for p, conv in zip(prompts, conversational)
         ]
         return texts, not any(conversational)  # a chat template carries its own special tokens

@@ -53,12 +53,21 @@ def group_records(examples: list[dict[str, Any]], rollout: Rollout) -> list[dict
                     "text": rollout.texts[i],
                     "token_count": lengths[i],
                     "finish_reason": "length" if truncated[i] else "stop",
+                    **trajectory_fields(rollout, i),
                 }
                 for i in range(g * size, (g + 1) * size)
             ],
         }
         for g, row in enumerate(examples)
     ]
+
+
+def trajectory_fields(rollout: Rollout, row: int) -> dict[str, Any]:
+    """A multi-turn completion's conversation after the prompt (`messages`) and its environment's
+    columns (`env`: what `grpo score` gives the reward functions again); nothing for one turn."""
+    if rollout.messages is None:
+        return {}
+    return {"messages": rollout.messages[row], "env": {k: v[row] for k, v in (rollout.env_columns or {}).items()}}
 
 
 def meta_path(output: Path) -> Path:

@@ -23,6 +23,7 @@ from grpo_cli.core.advantages import group_advantages
 from grpo_cli.data.jsonl import iter_jsonl
 from grpo_cli.errors import GrpoError
 from grpo_cli.rewards import FusionResult, RewardBatch, RewardExecutor, RewardFusion, score_and_fuse
+from grpo_cli.rewards.fusion import with_environment_columns
 from grpo_cli.rewards.sources import uses_completion_lengths
 from grpo_cli.stats import WeightEffect, Welford
 
@@ -122,7 +123,13 @@ def scored_batches(
             group_size,
             exclude=("completions",),
         )
-        result = score_and_fuse(executor, fusion, reward_batch, update_state=update_state, grouped=grouped)
+        completions = [c for row in rows for c in row["completions"]]
+        names = dict.fromkeys(name for c in completions for name in (c.get("env") or {}))
+        env_columns = {name: [(c.get("env") or {}).get(name) for c in completions] for name in names}
+        combine = with_environment_columns(reward_batch, env_columns, None)  # a multi-turn rollout's columns
+        result = score_and_fuse(
+            executor, fusion, reward_batch, update_state=update_state, grouped=grouped, combine=combine
+        )
         yield rows, reward_batch, result
 
 

@@ -43,18 +43,16 @@ from grpo_cli.data import PromptSampler
 from grpo_cli.rewards import (
     BatchScores,
     FusionResult,
-    RewardBatch,
     RewardExecutor,
     RewardFusion,
     concat_scores,
-    score_batch,
 )
 from grpo_cli.rollout import Generator, Rollout
 from grpo_cli.rollout.base import concat_rollouts
 from grpo_cli.rollout.prompts import PromptEncoder
 from grpo_cli.stats import nanmean
 from grpo_cli.training.distributed import World
-from grpo_cli.training.pipeline import generate_groups
+from grpo_cli.training.pipeline import generate_groups, score_rows
 
 
 @dataclass
@@ -231,8 +229,7 @@ class DynamicSampler:
         mine = world.share(examples)
         rollout = generate_groups(mine, self.encoder, self.generator, g)
         t1 = time.perf_counter()
-        batch = RewardBatch.from_groups(mine, rollout.texts, rollout.lengths.tolist(), g)
-        scores = score_batch(self.executor, self.fusion, batch, world.gather_scores if world.size > 1 else None)
+        scores = score_rows(mine, rollout, self.executor, self.fusion, world.gather_scores if world.size > 1 else None)
         judged = self.fusion.fuse(scores, g, weights, update_state=False)  # the running state is left alone
         t2 = time.perf_counter()
         rollout = world.gather_rollout(rollout, self.pad_token_id)  # any process may train on any group

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from grpo_cli.core.advantages import AdvantageStats
@@ -61,7 +62,34 @@ def step_metrics(
         "throughput/tokens_per_s": lengths.sum().item() / timings["generate"],
         "throughput/completions_per_s": len(seqs) / timings["step"],
         "memory/peak_mib": peak_memory_mib,
+        **environment_metrics(rollout),
     }
+
+
+def environment_metrics(rollout: Rollout) -> dict[str, float]:
+    """A multi-turn rollout's figures (env.*): model turns, failed rows, tool calls, and the share
+    of each trajectory's tokens the environment wrote (context, not trained on)."""
+    columns = rollout.env_columns
+    if not columns:
+        return {}
+    out = {
+        "env/turns_mean": nanmean([float(n) for n in columns["env_turns"]]),
+        "env/error_frac": sum(why is not None for why in columns["env_error"]) / len(columns["env_error"]),
+        "env/context_token_frac": 1.0 - rollout.model_mask.sum().item() / max(1, rollout.completion_mask.sum().item()),
+    }
+    if "env_tool_calls" in columns:
+        out["env/tool_calls_mean"] = nanmean([math.nan if n is None else float(n) for n in columns["env_tool_calls"]])
+    return out
+
+
+def environment_alert(rollout: Rollout) -> str | None:
+    """One line when an environment failed rows (they are out of the step; the run goes on)."""
+    errors = [why for why in (rollout.env_columns or {}).get("env_error", []) if why is not None]
+    if not errors:
+        return None
+    return (
+        f"the environment failed on {len(errors)} of {len(rollout.texts)} rows (their rewards None); first: {errors[0]}"
+    )
 
 
 def step_samples(
@@ -76,6 +104,8 @@ def step_samples(
             "rewards": {name: values[i] for name, values in fusion.per_function.items()},
             "reward": fusion.fused[i],
             "advantage": advantages[i],
+            **({"messages": rollout.messages[i]} if rollout.messages is not None else {}),
+            **({"env_error": rollout.env_columns["env_error"][i]} if rollout.env_columns else {}),
         }
         for i in range(min(len(fusion.fused), limit))
     ]

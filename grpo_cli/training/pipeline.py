@@ -9,13 +9,15 @@ from typing import Any
 
 import torch
 
-from grpo_cli.config.schema import DataConfig, ModelConfig, RolloutConfig
+from grpo_cli.config.schema import DataConfig, EnvConfig, ModelConfig, RolloutConfig, SandboxConfig
 from grpo_cli.data import split_examples
 from grpo_cli.errors import GrpoError
 from grpo_cli.evaluation import ScoredSamples, SuccessRule, sample_metrics
 from grpo_cli.models import load_policy
-from grpo_cli.rewards import BatchScores, FusionResult, RewardBatch, RewardExecutor, RewardFusion, score_and_fuse
+from grpo_cli.rewards import BatchScores, FusionResult, RewardBatch, RewardExecutor, RewardFusion, score_batch
+from grpo_cli.rewards.fusion import with_environment_columns
 from grpo_cli.rollout import Generator, Rollout, make_generator
+from grpo_cli.rollout.episodes import EpisodeGenerator, with_environment
 from grpo_cli.rollout.prompts import PromptBudget, PromptEncoder, context_length, fit_prompts
 
 
@@ -50,15 +52,22 @@ def load_sampling_model(
     seed: int,
     device: torch.device,
     dtype: str,
+    env: EnvConfig,
+    sandbox: SandboxConfig,
 ) -> SamplingModel:
     """Load the model and fit the prompts to its context exactly as the trainer does."""
     policy, tokenizer, model_dir = load_policy(model, run_dir, seed, device, dtype)
     encoder = PromptEncoder(tokenizer, data.max_prompt_tokens, device)
+    generator, loop = make_generator(policy, tokenizer, rollout, data.max_prompt_tokens)
+    generator, environment = with_environment(
+        generator, encoder, tokenizer, env, sandbox, rollout, context_length(policy)
+    )
     fitted, budget = fit_to_model({split: examples}, encoder, policy, data, rollout)
     kept = fitted[split][: max_prompts or None]
     if not kept:
         raise GrpoError(f"split={split} of data={data.kind} selects no prompts")
-    generator, loop = make_generator(policy, tokenizer, rollout, data.max_prompt_tokens)
+    if environment is not None:
+        loop = f"{loop}; environment {environment}"
     return SamplingModel(Path(model_dir), encoder, generator, kept, budget, loop)
 
 
@@ -83,6 +92,10 @@ def generate_groups(
     group_size: int,
     greedy: bool = False,
 ) -> Rollout:
+    """G completions per example: one model turn each, or (an `EpisodeGenerator`, env.*) trajectories
+    with the environment, which needs the rows themselves."""
+    if isinstance(generator, EpisodeGenerator):
+        return generator.run(examples, encoder, group_size, greedy=greedy)
     prompt_ids, prompt_mask = encoder([ex["prompt"] for ex in examples])
     return generator.generate(prompt_ids, prompt_mask, group_size, greedy=greedy)
 
@@ -99,8 +112,22 @@ def score_rollout(
 ) -> FusionResult:
     """Token counts (EOS included) are the lengths the `overlong` reward reads. `combine`: see
     `score_and_fuse` (data-parallel training fuses the global batch)."""
+    scores = score_rows(examples, rollout, executor, fusion, combine)
+    return fusion.fuse(scores, rollout.group_size, weights, update_state=update_state, grouped=grouped)
+
+
+def score_rows(
+    examples: list[dict[str, Any]],
+    rollout: Rollout,
+    executor: RewardExecutor,
+    fusion: RewardFusion,
+    combine: Callable[[dict[str, BatchScores]], dict[str, BatchScores]] | None = None,
+) -> dict[str, BatchScores]:
+    """Every reward function's raw scores for a rollout (`score_batch`), before any fusion. A
+    multi-turn rollout adds the environment's columns, and its failed rows score None everywhere."""
     batch = RewardBatch.from_groups(examples, rollout.texts, rollout.lengths.tolist(), rollout.group_size)
-    return score_and_fuse(executor, fusion, batch, weights, update_state=update_state, grouped=grouped, combine=combine)
+    combine = with_environment_columns(batch, rollout.env_columns or {}, combine)
+    return score_batch(executor, fusion, batch, combine)
 
 
 def generate_and_score(

@@ -23,6 +23,7 @@ from grpo_cli.core.precision import effective_precision, weights_dtype
 from grpo_cli.core.update import UpdateBatch, policy_update
 from grpo_cli.core.update_stats import UpdateTotals
 from grpo_cli.data import PromptSampler, check_prompts_per_step, load_examples, split_examples
+from grpo_cli.environments import environment_columns
 from grpo_cli.evaluation import SuccessRule
 from grpo_cli.models import frozen_reference, load_policy, pick_device, set_cpu_threads
 from grpo_cli.monitor import Observer, StepResult
@@ -37,7 +38,8 @@ from grpo_cli.rewards import (
     reward_diagnostics,
 )
 from grpo_cli.rollout import Rollout, make_generator
-from grpo_cli.rollout.prompts import PromptEncoder
+from grpo_cli.rollout.episodes import with_environment
+from grpo_cli.rollout.prompts import PromptEncoder, context_length
 from grpo_cli.stats import nanmean
 from grpo_cli.training.alerts import StepAlerts
 from grpo_cli.training.checkpointing import Policy, RunCheckpoints
@@ -47,7 +49,7 @@ from grpo_cli.training.dynamic_sampling import DynamicSampler, ScoredBatch, fit_
 from grpo_cli.training.guards import GuardVerdict, StabilityGuard, TrainingHalted
 from grpo_cli.training.interrupt import DeferredInterrupt, Interrupted
 from grpo_cli.training.learner import build_learner
-from grpo_cli.training.metrics import step_metrics, step_samples
+from grpo_cli.training.metrics import environment_alert, step_metrics, step_samples
 from grpo_cli.training.pipeline import evaluate_greedy, fit_to_model, generate_groups, score_rollout
 from grpo_cli.training.sharding import gather_into, training_state_bytes
 from grpo_cli.training.state import RngState, TrainState, seed_everything
@@ -93,7 +95,8 @@ class GRPOTrainer:
         self.curriculum = RewardCurriculum(cfg.curriculum, cfg.reward.functions, cfg.train.steps)
         train_examples, eval_examples = split_examples(load_examples(cfg.data), cfg.data.eval_fraction, cfg.data.seed)
         check_prompts_per_step(cfg.train.prompts_per_step, len(train_examples), len(eval_examples))  # before any model
-        check_columns(self.reward_sources, list({k for ex in train_examples for k in ex if k != "prompt"}))
+        data_columns = list({k for ex in train_examples for k in ex if k != "prompt"})
+        check_columns(self.reward_sources, data_columns + environment_columns(cfg.env, cfg.sandbox))
         # e.g. the sandbox backend: shown at start-up, in every metrics line and in the summary
         self.diagnostics = reward_diagnostics(self.reward_sources)
         self.reward_fusion = RewardFusion.from_config(self.reward_sources, cfg.reward)
@@ -114,6 +117,11 @@ class GRPOTrainer:
         )
         self.generator.on_token = lambda done, total: self.report_stage(self.sampling_stage, done, total)
         self.encoder = PromptEncoder(self.tokenizer, cfg.data.max_prompt_tokens, self.device)
+        self.generator, environment = with_environment(
+            self.generator, self.encoder, self.tokenizer, cfg.env, cfg.sandbox, cfg.rollout, context_length(self.model)
+        )
+        if environment is not None:
+            self.diagnostics["environment"] = environment
         splits, self.prompt_budget = fit_to_model(
             {"train": train_examples, "eval": eval_examples}, self.encoder, self.model, cfg.data, cfg.rollout
         )
@@ -196,7 +204,7 @@ class GRPOTrainer:
         advantages, adv_stats = group_advantages(rewards, g, cfg.algo.scale_rewards)
 
         scores = world.rows(rewards).to(self.device)  # NaN: unscorable, out of the loss
-        loss_mask = completion_loss_mask(rollout.completion_mask, rollout.truncated, scores, cfg.algo.mask_truncated)
+        loss_mask = completion_loss_mask(rollout.model_mask, rollout.truncated, scores, cfg.algo.mask_truncated)
         lr = self.learner.schedule_step(self.step_index)  # by step index, as the curriculum's weights
         epsilons = self.clip.epsilons(nanmean(raw))  # adaptive clipping: this batch against the last ones
         if scored.trains:
@@ -231,6 +239,7 @@ class GRPOTrainer:
         metrics.update(self.guard.metrics(raw))
         samples = step_samples(batch, rollout, fusion, advantages.tolist(), 2 * g)
         alerts = scored.alerts + self.alerts.observe(fusion, verdicts, metrics)
+        alerts += [line for line in [environment_alert(rollout)] if line is not None]
         events = [phase] if phase is not None else []
         return StepResult(self.step_index, metrics, samples, alerts, fusion.per_function, fusion.fused, events)
 

@@ -1,0 +1,98 @@
+"""Multi-turn rollouts' environments (docs/environments.md): which one `env.*` names, built per trajectory."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from grpo_cli.config.schema import ENVIRONMENTS, EnvConfig, SandboxConfig
+from grpo_cli.environments.base import Environment, ToolEnvironment, TRLEnvironment
+from grpo_cli.errors import GrpoError
+
+__all__ = ["COLUMNS", "ENVIRONMENTS", "Environment", "EnvironmentSpec", "environment_columns", "load_environment"]
+
+
+@dataclass
+class EnvironmentSpec:
+    """How to build one trajectory's environment, and what the prompt offers the model."""
+
+    name: str  # env.name, for logs and errors
+    new: Callable[[], Any]  # a fresh environment object
+    tools: list[Callable[..., Any]]  # offered through the chat template ([] for none)
+    columns: tuple[str, ...] = ()  # per-row columns beyond the ones every environment reports (COLUMNS)
+
+
+COLUMNS = ("env_reward", "env_error", "env_turns")  # what every trajectory reports to the reward functions
+TOOL_COLUMNS = ("env_tool_calls", "env_tool_errors")  # ToolEnvironment.columns()
+
+
+def environment_columns(env: EnvConfig, sandbox: SandboxConfig) -> list[str]:
+    """The columns a run's reward functions get from its environment beyond the data's (none for
+    env=none), so start-up can check the functions' signatures against them."""
+    spec = load_environment(env, sandbox)
+    return [] if spec is None else [*COLUMNS, *spec.columns]
+
+
+def _import(target: str, what: str) -> Any:
+    from grpo_cli.rewards.sources import import_module_here
+
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise GrpoError(f"env.{what}={target!r}: expected an import path 'package.module:Name'")
+    try:
+        module = import_module_here(module_name)
+    except ImportError as err:
+        raise GrpoError(f"env.{what}={target!r}: cannot import {module_name}: {err}") from None
+    if not hasattr(module, attr):
+        raise GrpoError(f"env.{what}={target!r}: {module_name} has no attribute {attr}")
+    return getattr(module, attr)
+
+
+def load_environment(env: EnvConfig, sandbox: SandboxConfig) -> EnvironmentSpec | None:
+    """The spec for `env.name`, or None for `env=none` (one model turn, as without environments).
+    Everything a typo would break is checked here, before any model loads: the target imports, a
+    class builds, tools have the type hints and docstrings their schemas need."""
+    from grpo_cli.environments.builtin import CalculatorEnvironment, CodeFeedbackEnvironment
+    from grpo_cli.rollout.chat_turns import tool_schemas
+
+    if env.name not in ENVIRONMENTS:
+        raise GrpoError(f"env.name={env.name!r}: must be one of {', '.join(ENVIRONMENTS)}")
+    if env.name == "none":
+        return None
+    if env.max_turns < 1:
+        raise GrpoError(f"env.max_turns={env.max_turns}: a trajectory has at least one model turn")
+    if env.timeout_s <= 0:
+        raise GrpoError(f"env.timeout_s={env.timeout_s}: must be > 0")
+    if env.name in ("custom", "trl") and not env.target:
+        raise GrpoError(f"env={env.name} needs env.target=module:Class (the environment class)")
+    if env.name == "tools" and not env.tools:
+        raise GrpoError("env=tools needs env.tools=[module:function,...] (the tool functions)")
+    if env.name == "calculator":
+        spec = EnvironmentSpec("calculator", CalculatorEnvironment, CalculatorEnvironment().tools, TOOL_COLUMNS)
+    elif env.name == "code_feedback":
+        spec = EnvironmentSpec("code_feedback", lambda: CodeFeedbackEnvironment(sandbox), [], ("env_turn_scores",))
+    elif env.name == "tools":
+        functions = [_import(target, "tools") for target in env.tools]
+        spec = EnvironmentSpec("tools", lambda: ToolEnvironment(functions), functions, TOOL_COLUMNS)
+    else:
+        cls = _import(str(env.target), "target")
+        if not inspect.isclass(cls):
+            raise GrpoError(f"env.target={env.target!r} is not a class")
+        if env.name == "trl":
+            tools = TRLEnvironment(cls()).tools
+            spec = EnvironmentSpec(f"trl:{env.target}", lambda: TRLEnvironment(cls()), tools, TOOL_COLUMNS)
+        else:
+            missing = [name for name in ("reset", "step") if not callable(getattr(cls, name, None))]
+            if missing:
+                raise GrpoError(
+                    f"env.target={env.target!r}: an environment needs reset(example) and step(completion); "
+                    f"it has no {' or '.join(missing)} (a TRL environment class: env=trl)"
+                )
+            kwargs = dict(env.kwargs)
+            tools = list(getattr(cls(**kwargs), "tools", None) or [])
+            names = tuple(getattr(cls, "column_names", ()))  # the keys its columns() returns, declared
+            spec = EnvironmentSpec(f"custom:{env.target}", lambda: cls(**kwargs), tools, names)
+    tool_schemas(spec.tools)  # a tool without hints or docstring fails now, naming it
+    return spec

@@ -1,0 +1,127 @@
+"""The environments that ship: `env=calculator` (one tool, for the arithmetic data) and
+`env=code_feedback` (the sandbox's test results fed back, for the code data)."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import operator
+from typing import Any
+
+from grpo_cli.config.schema import SandboxConfig
+from grpo_cli.environments.base import ToolEnvironment
+
+_OPERATORS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+}
+MAX_EXPONENT = 64  # a model asking for 9**9**9 gets an error, not a stalled rollout
+
+
+def _evaluate(node: ast.AST) -> float | int:
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return node.value
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+        left, right = _evaluate(node.left), _evaluate(node.right)
+        if isinstance(node.op, ast.Pow) and abs(right) > MAX_EXPONENT:
+            raise ValueError(f"exponent {right} is over {MAX_EXPONENT}")
+        return _OPERATORS[type(node.op)](left, right)
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
+        return _OPERATORS[type(node.op)](_evaluate(node.operand))
+    raise ValueError(f"only numbers and + - * / // % ** are allowed, not {ast.unparse(node)!r}")
+
+
+def calculate(expression: str) -> str:
+    """Evaluate an arithmetic expression.
+
+    Args:
+        expression: Numbers with + - * / // % ** and parentheses, e.g. "(3 + 4) * 2".
+
+    >>> calculate("(3 + 4) * 2"), calculate("7 / 2")
+    ('14', '3.5')
+    """
+    value = _evaluate(ast.parse(expression.strip(), mode="eval").body)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value)
+
+
+class CalculatorEnvironment(ToolEnvironment):
+    """`calculate` as the one tool; the answer after the last call is scored by the data's rewards."""
+
+    def __init__(self) -> None:
+        super().__init__([calculate])
+
+
+class CodeFeedbackEnvironment:
+    """The model answers a code task; the task's tests run in the sandbox after each answer; while
+    some fail and turns remain, what failed comes back as the next user message. The reward
+    functions see the last answer as the completion, and each answer's score (the share of units
+    passed, as `code_tests` with mode=fraction) in the `env_turn_scores` column
+    (`code_feedback_final` and `code_feedback_improvement` read it)."""
+
+    def __init__(self, sandbox: SandboxConfig) -> None:
+        self.sandbox = sandbox
+        self.task: Any = None
+        self.turn_scores: list[float | None] = []
+
+    def reset(self, example: dict[str, Any]) -> str | None:
+        from grpo_cli.rewards.code.judge import Task
+
+        self.turn_scores = []
+        columns = (example.get(name) for name in ("entry_point", "test", "test_list", "io"))
+        self.task = Task.from_row(example["prompt"], *columns, example)
+        if not self.task.runnable:
+            raise ValueError("env=code_feedback: this row has no tests (test, test_list or io)")
+        return None
+
+    def step(self, completion: str) -> str | None:
+        score, feedback = self._judge(completion)
+        self.turn_scores.append(score)
+        return None if score == 1.0 else feedback
+
+    def columns(self) -> dict[str, Any]:
+        return {"env_turn_scores": list(self.turn_scores)}
+
+    def _judge(self, completion: str) -> tuple[float | None, str]:
+        from grpo_cli.rewards.code.batch import sandbox_for
+        from grpo_cli.rewards.code.judge import judge
+        from grpo_cli.rewards.code.tasks import strip_fences
+
+        task = self.task
+        program = task.program(completion)
+        if not strip_fences(completion).strip():
+            return 0.0, "Your answer has no code. Answer with the complete function."
+        try:
+            compile(program, "<answer>", "exec", dont_inherit=True)
+        except SyntaxError as err:
+            return 0.0, f"Your code does not compile: SyntaxError: {err.msg} (line {err.lineno}). Fix it."
+        except (ValueError, MemoryError, RecursionError, OverflowError) as err:
+            return 0.0, f"Your code does not compile: {type(err).__name__}. Fix it."
+        verdict = judge(sandbox_for(**dataclasses.asdict(self.sandbox)), task, program)
+        if verdict is None:  # a harness fault: not the model's doing, and nothing to tell it
+            raise RuntimeError("the sandbox failed (a harness fault) while running the tests")
+        score = verdict.passed / verdict.units if verdict.units else 0.0
+        if verdict.all_passed:
+            return 1.0, "All tests passed."
+        return score, self._failure_text(verdict)
+
+    def _failure_text(self, verdict: Any) -> str:
+        task = self.task
+        summary = f"Your code passed {verdict.passed} of {verdict.units} tests."
+        if not verdict.finished:
+            summary += " It crashed, timed out or exited before the tests finished."
+        failing = [i for i in range(verdict.units) if i not in verdict.passed_units]
+        if task.test_list and failing and verdict.units == len(task.test_list):  # one unit per assert
+            summary += f"\nThe first failing test:\n{task.test_list[failing[0]]}"
+        elif task.io and failing and failing[0] < len(task.io):
+            stdin, expected = task.io[failing[0]]
+            summary += f"\nThe first failing case: input {stdin[:200]!r}, expected output {expected[:200]!r}"
+        return summary + "\nFix the code and answer with the complete function."

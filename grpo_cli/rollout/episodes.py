@@ -1,0 +1,351 @@
+"""Multi-turn rollouts: the model and an environment take turns until the environment says done,
+`env.max_turns` model turns have run, or the trajectory's token budget is spent.
+
+A trajectory is one completion to the rest of the pipeline. Its tokens are the model's sampled ids
+and the environment's answers as the chat template writes them, in order, never re-tokenized
+from text; `Rollout.sampled_mask` is 1 on the model's tokens only, so the loss, the KL, the
+entropy and every denominator cover what the model sampled, while attention (completion_mask)
+sees the environment's tokens as context. The rewards score the last model turn (`texts`), with
+the environment's reward and columns beside it (`env_columns`); the conversation is kept as chat
+messages (`messages`) for the completion files and `grpo rollout`.
+
+Every environment call runs on a thread of its own with `env.timeout_s`: a call that raises or
+does not return in time fails its row (`env_error`; every reward of that row is None), never the
+run. A thread that hangs is left behind (Python cannot stop it), so an environment that hangs
+every call leaks one thread per row: the alert names it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from grpo_cli.config.schema import EnvConfig, RolloutConfig, SandboxConfig
+from grpo_cli.environments import EnvironmentSpec, load_environment
+from grpo_cli.rewards.fusion import ENV_ERROR
+from grpo_cli.rollout.base import Generator, Rollout, TokenProgress
+from grpo_cli.rollout.chat_turns import observation_text, tool_schemas
+from grpo_cli.rollout.prompts import PromptEncoder
+
+log = logging.getLogger("grpo")
+ENV_REWARD = "env_reward"  # the column of the environment's own reward (`reward()`)
+ENV_TURNS = "env_turns"  # the column of model turns per trajectory
+
+
+def call_all(calls: list[Callable[[], Any]], timeout_s: float) -> list[tuple[Any, str | None]]:
+    """Run the calls at once, each on a daemon thread; (value, None), or (None, why) for a call
+    that raised or was still running `timeout_s` after the start."""
+    results: list[tuple[Any, str | None]] = [(None, f"did not return within env.timeout_s={timeout_s:g}s")] * len(calls)
+
+    def run(i: int, call: Callable[[], Any]) -> None:
+        try:
+            results[i] = (call(), None)
+        except Exception as err:  # the environment's failure: that row's, not the run's
+            results[i] = (None, f"{type(err).__name__}: {err}")
+
+    threads = [threading.Thread(target=run, args=(i, c), daemon=True, name="grpo-env") for i, c in enumerate(calls)]
+    for thread in threads:
+        thread.start()
+    deadline = threading.Event()
+    timer = threading.Timer(timeout_s, deadline.set)
+    timer.start()
+    try:
+        for thread in threads:
+            while thread.is_alive() and not deadline.is_set():
+                thread.join(0.01)
+    finally:
+        timer.cancel()
+    return list(results)
+
+
+@dataclass
+class Trajectory:
+    """One row's turns so far: the ids after the prompt and which of them the model sampled."""
+
+    env: Any
+    prompt_len: int = 0  # the prompt's tokens, which the model's context must hold too
+    tokens: list[int] = field(default_factory=list)
+    sampled: list[int] = field(default_factory=list)  # 1: the model's token, 0: the environment's
+    engine_logps: list[float] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    text: str = ""  # the last model turn, what the rewards score
+    turns: int = 0
+    truncated: bool = False
+    done: bool = False
+    error: str | None = None
+    final: tuple[dict[str, Any], float | None] = ({}, None)  # the environment's columns and reward, at the end
+
+    def add(self, ids: list[int], sampled: bool, logps: list[float] | None = None) -> None:
+        self.tokens += ids
+        self.sampled += [int(sampled)] * len(ids)
+        self.engine_logps += logps if logps is not None else [0.0] * len(ids)
+
+    def fail(self, what: str, why: str) -> None:
+        self.error, self.done = f"{what}: {why}", True
+
+
+class EpisodeGenerator:
+    """A Generator that runs each prompt's G trajectories with an environment (module docstring).
+    The loop that samples each turn is the one `rollout.*` chose (fast, generate or vLLM)."""
+
+    def __init__(
+        self,
+        inner: Generator,
+        tokenizer: Any,
+        spec: EnvironmentSpec,
+        env: EnvConfig,
+        max_new_tokens: int,
+        context: int | None,
+    ) -> None:
+        self.inner, self.tokenizer, self.spec, self.cfg = inner, tokenizer, spec, env
+        self.max_new_tokens = max_new_tokens
+        self.context = context
+        self.max_tokens = env.max_tokens or env.max_turns * max_new_tokens + (env.max_turns - 1) * (
+            env.max_observation_tokens + 16  # the template's tokens around an answer
+        )
+        self.pad_id = tokenizer.pad_token_id
+        self._engine_logps = False
+
+    # ---- the Generator protocol, passed on --------------------------------------------------
+    @property
+    def on_token(self) -> TokenProgress | None:
+        return self.inner.on_token
+
+    @on_token.setter
+    def on_token(self, value: TokenProgress | None) -> None:
+        self.inner.on_token = value
+
+    def weights_updated(self) -> None:
+        self.inner.weights_updated()
+
+    def set_step_seed(self, seed: int) -> None:
+        self.inner.set_step_seed(seed)
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def generate(
+        self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, num_generations: int, greedy: bool = False
+    ) -> Rollout:
+        raise TypeError("a multi-turn generator needs the prompts' rows: call run(examples, encoder, ...)")
+
+    # ---- trajectories ------------------------------------------------------------------------
+    def run(
+        self, examples: list[dict[str, Any]], encoder: PromptEncoder, group_size: int, greedy: bool = False
+    ) -> Rollout:
+        """G trajectories per example, laid out group by group as every Rollout is."""
+        g = group_size
+        rows = [example for example in examples for _ in range(g)]
+        built = call_all([self.spec.new] * len(rows), self.cfg.timeout_s)
+        trajectories = [Trajectory(env) for env, _ in built]
+        for trajectory, (_, why) in zip(trajectories, built):
+            if why is not None:
+                trajectory.fail(f"building {self.spec.name}", why)
+        resets = call_all([self._reset_call(t, row) for t, row in zip(trajectories, rows)], self.cfg.timeout_s)
+        prompts = []
+        for trajectory, row, (added, why) in zip(trajectories, rows, resets):
+            if why is not None and trajectory.error is None:
+                trajectory.fail("reset", why)
+            prompts.append(with_prompt_text(row["prompt"], added if isinstance(added, str) else None))
+        first = self._first_turn(prompts, encoder, g, greedy)
+        prompt_ids, prompt_mask = first.prompt_ids, first.prompt_mask
+        prompt_lists = [ids[mask.bool()].tolist() for ids, mask in zip(prompt_ids, prompt_mask)]
+        chat = [isinstance(p, list) for p in prompts]
+        for trajectory, ids in zip(trajectories, prompt_lists):
+            trajectory.prompt_len = len(ids)
+        self._take_turn(trajectories, list(range(len(rows))), first, chat)
+        while True:
+            active = [i for i, t in enumerate(trajectories) if not t.done]
+            if not active:
+                break
+            ids, mask = left_padded([prompt_lists[i] + trajectories[i].tokens for i in active], self.pad_id)
+            device = prompt_ids.device
+            turn = self.inner.generate(ids.to(device), mask.to(device), 1, greedy=greedy)
+            self._take_turn(trajectories, active, turn, chat)
+        self._finish(trajectories)
+        return self._rollout(trajectories, prompt_ids, prompt_mask, g)
+
+    def _reset_call(self, trajectory: Trajectory, row: dict[str, Any]) -> Callable[[], Any]:
+        if trajectory.error is not None:
+            return lambda: None
+        return lambda: trajectory.env.reset(dict(row))
+
+    def _first_turn(self, prompts: list[Any], encoder: PromptEncoder, g: int, greedy: bool) -> Rollout:
+        """One prefill per prompt when a group's resets left its prompts alike (the usual case)."""
+        firsts = prompts[::g]
+        if all(prompts[i] == firsts[i // g] for i in range(len(prompts))):
+            ids, mask = encoder(firsts)
+            return self.inner.generate(ids, mask, g, greedy=greedy)
+        ids, mask = encoder(prompts)
+        return self.inner.generate(ids, mask, 1, greedy=greedy)
+
+    def _room(self, trajectory: Trajectory, added: int) -> bool:
+        """Whether `added` more tokens and then a whole model turn fit the model's context, and the
+        budget has a token left for that turn."""
+        total = len(trajectory.tokens) + added
+        if total >= self.max_tokens:
+            return False
+        return self.context is None or trajectory.prompt_len + total + self.max_new_tokens <= self.context
+
+    def _take_turn(self, trajectories: list[Trajectory], active: list[int], turn: Rollout, chat: list[bool]) -> None:
+        """Each active row's new model turn, then (all rows at once) its environment's answer."""
+        lengths, ended = turn.lengths.tolist(), (~turn.truncated).tolist()
+        self._engine_logps = turn.engine_logps is not None  # vLLM: the engine's log-probs, kept per token
+        for k, i in enumerate(active):
+            t = trajectories[i]
+            room = self.max_tokens - len(t.tokens)
+            ids = turn.completion_ids[k, : lengths[k]].tolist()[:room]
+            logps = turn.engine_logps[k, : len(ids)].tolist() if turn.engine_logps is not None else None
+            t.add(ids, sampled=True, logps=logps)
+            t.text, t.turns = turn.texts[k], t.turns + 1
+            t.messages.append({"role": "assistant", "content": turn.texts[k]})
+            t.truncated = not ended[k] or len(ids) < lengths[k]
+        stepping = [i for i in active if trajectories[i].error is None]
+        answers = call_all([self._step_call(trajectories[i]) for i in stepping], self.cfg.timeout_s)
+        for i, (observation, why) in zip(stepping, answers):
+            t = trajectories[i]
+            if why is not None:
+                t.fail("step", why)
+                continue
+            if observation is None or t.truncated or t.turns >= self.cfg.max_turns:
+                t.done = True  # done, cut, or out of turns: an answer now is not shown to the model
+                continue
+            self._add_observation(t, observation, chat[i])
+        for i in active:
+            if trajectories[i].error is not None:
+                trajectories[i].done = True
+
+    def _step_call(self, trajectory: Trajectory) -> Callable[[], Any]:
+        return lambda: trajectory.env.step(trajectory.text)
+
+    def _add_observation(self, t: Trajectory, observation: Any, chat: bool) -> None:
+        messages = [{"role": "user", "content": observation}] if isinstance(observation, str) else list(observation)
+        if not all(isinstance(m, dict) and "content" in m for m in messages):
+            t.fail("step", f"returned {type(observation).__name__}: expected a str, a list of messages or None")
+            return
+        messages = [self._cut(m) for m in messages]
+        eos_text = self.tokenizer.decode(t.tokens[-1:], skip_special_tokens=False)
+        text = observation_text(self.tokenizer, messages, chat, eos_text)
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        if not self._room(t, len(ids)):
+            t.truncated = t.done = True  # no room for the answer and a turn: the trajectory ends at the model's turn
+            return
+        t.add(ids, sampled=False)
+        t.messages += messages
+
+    def _cut(self, message: dict[str, Any]) -> dict[str, Any]:
+        """A message whose content is over env.max_observation_tokens keeps its first tokens."""
+        content = str(message["content"])
+        ids = self.tokenizer(content, add_special_tokens=False)["input_ids"]
+        if len(ids) <= self.cfg.max_observation_tokens:
+            return {**message, "content": content}
+        kept = self.tokenizer.decode(ids[: self.cfg.max_observation_tokens], skip_special_tokens=True)
+        return {**message, "content": kept + " [cut]"}
+
+    def _finish(self, trajectories: list[Trajectory]) -> None:
+        """The environments' rewards and columns, once every trajectory has ended."""
+        calls = [self._final_call(t) for t in trajectories]
+        for t, (value, why) in zip(trajectories, call_all(calls, self.cfg.timeout_s)):
+            if why is not None and t.error is None:
+                t.fail("reward", why)
+            if why is None:
+                t.final = value
+
+    @staticmethod
+    def _final_call(t: Trajectory) -> Callable[[], tuple[dict[str, Any], float | None]]:
+        def final() -> tuple[dict[str, Any], float | None]:
+            if t.error is not None:
+                return {}, None
+            columns = t.env.columns() if callable(getattr(t.env, "columns", None)) else {}
+            reward = t.env.reward() if callable(getattr(t.env, "reward", None)) else None
+            return dict(columns or {}), None if reward is None else float(reward)
+
+        return final
+
+    def _rollout(
+        self, trajectories: list[Trajectory], prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, g: int
+    ) -> Rollout:
+        n, width = len(trajectories), max(1, max(len(t.tokens) for t in trajectories))
+        ids = torch.full((n, width), self.pad_id, dtype=torch.long)
+        real, sampled = torch.zeros(n, width, dtype=torch.long), torch.zeros(n, width, dtype=torch.long)
+        logps = torch.zeros(n, width)
+        for i, t in enumerate(trajectories):
+            k = len(t.tokens)
+            ids[i, :k] = torch.tensor(t.tokens, dtype=torch.long)
+            real[i, :k] = 1
+            sampled[i, :k] = torch.tensor(t.sampled, dtype=torch.long)
+            logps[i, :k] = torch.tensor(t.engine_logps)
+        finals = [t.final for t in trajectories]
+        names = list(dict.fromkeys(name for columns, _ in finals for name in columns))
+        columns: dict[str, list[Any]] = {name: [c.get(name) for c, _ in finals] for name in names}
+        columns[ENV_REWARD] = [reward for _, reward in finals]
+        columns[ENV_ERROR] = [t.error for t in trajectories]
+        columns[ENV_TURNS] = [t.turns for t in trajectories]
+        device = prompt_ids.device
+        engine = self._engine_logps
+        return Rollout(
+            prompt_ids,
+            prompt_mask,
+            ids.to(device),
+            real.to(device),
+            torch.tensor([t.truncated for t in trajectories], device=device),
+            [t.text for t in trajectories],
+            g,
+            logps.to(device) if engine else None,
+            sampled.to(device),
+            [t.messages for t in trajectories],
+            columns,
+        )
+
+
+def with_prompt_text(prompt: Any, added: str | None) -> Any:
+    """The prompt with a reset's text added to its last user message (to a plain prompt's end)."""
+    if not added:
+        return prompt
+    if isinstance(prompt, str):
+        return f"{prompt}\n\n{added}"
+    messages = [dict(m) for m in prompt]
+    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    if not users:
+        return [*messages, {"role": "user", "content": added}]
+    messages[users[-1]]["content"] = f"{messages[users[-1]]['content']}\n\n{added}"
+    return messages
+
+
+def left_padded(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of ids, left-padded to the longest (the prompt layout every loop takes)."""
+    width = max(len(row) for row in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, row in enumerate(rows):
+        if row:
+            ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+            mask[i, width - len(row) :] = 1
+    return ids, mask
+
+
+def with_environment(
+    generator: Generator,
+    encoder: PromptEncoder,
+    tokenizer: Any,
+    env: EnvConfig,
+    sandbox: SandboxConfig,
+    rollout: RolloutConfig,
+    context: int | None,
+) -> tuple[Generator, str | None]:
+    """The generator train, rollout and eval sample with: multi-turn when `env.name` is not none
+    (its tools offered through `encoder`), with a line for the start-up log; else unchanged."""
+    spec = load_environment(env, sandbox)
+    if spec is None:
+        return generator, None
+    schemas = tool_schemas(spec.tools)
+    encoder.tool_schemas = schemas or None
+    episodes = EpisodeGenerator(generator, tokenizer, spec, env, rollout.max_new_tokens, context)
+    tools = f", tools: {', '.join(s['function']['name'] for s in schemas)}" if schemas else ""
+    line = f"{spec.name} (up to {env.max_turns} model turns, {episodes.max_tokens} tokens after the prompt{tools})"
+    return episodes, line
