@@ -44,8 +44,8 @@ def calculate(expression: str) -> str:
     Args:
         expression: Numbers with + - * / // % ** and parentheses, e.g. "(3 + 4) * 2".
 
-    >>> calculate("(3 + 4) * 2"), calculate("7 / 2")
-    ('14', '3.5')
+    Returns:
+        The value, as text.
     """
     value = _evaluate(ast.parse(expression.strip(), mode="eval").body)
     if isinstance(value, float) and value.is_integer():
@@ -54,7 +54,12 @@ def calculate(expression: str) -> str:
 
 
 class CalculatorEnvironment(ToolEnvironment):
-    """`calculate` as the one tool; the answer after the last call is scored by the data's rewards."""
+    """`calculate` as the one tool; the answer after the last call is scored by the data's rewards.
+    (The tool's docstring is its schema, so its examples live here.)
+
+    >>> calculate("(3 + 4) * 2"), calculate("7 / 2"), calculate("2 ** 3 - 1")
+    ('14', '3.5', '7')
+    """
 
     def __init__(self) -> None:
         super().__init__([calculate])

@@ -4,7 +4,8 @@ One JSON object per prompt: `index` (the prompt's position in the loaded data se
 resume matches on), `prompt`, the data set's other columns, and `completions`, G objects
 {text, token_count, finish_reason}. `token_count` includes the EOS, as training counts it (what
 the `overlong` reward reads); `finish_reason` is "stop" (ended with EOS) or "length" (cut at
-rollout.max_new_tokens, so token_count == max_new_tokens). Each batch's records are appended and
+rollout.max_new_tokens, so token_count == max_new_tokens); a multi-turn completion (env.*) also
+has `messages` and `env` (`trajectory_fields`). Each batch's records are appended and
 flushed as soon as the batch is done, so a killed run keeps every finished prompt; a resume cuts a
 half-written last line and appends what is missing. The settings that decide what the file holds
 sit beside it in `<output>.meta.json`, written atomically.
