@@ -74,3 +74,17 @@ def test_rollout_keeps_the_conversation_and_score_reads_the_environments_columns
     assert proc.returncode == 0, proc.stderr[-3000:]
     rescored = [c for line in scored.read_text().splitlines() for c in json.loads(line)["completions"]]
     assert [c["rewards"]["env_reward"] for c in rescored] == [c["env"]["env_reward"] for c in completions]
+
+
+def test_eval_scores_trajectories_and_names_the_environment(tmp_path: Path) -> None:
+    out = tmp_path / "eval.json"
+    proc = run_grpo(
+        "eval", "env=custom", "env.target=tests.rollout.environments:EchoEnv", "env.max_turns=2", "max_prompts=4",
+        "reward.functions=[{name: env_reward, target: env_reward}]", "rollout.num_generations=2", "eval.k=[1,2]",
+        "rollout.max_new_tokens=16", f"output={out}", f"hydra.run.dir={tmp_path / 'run'}",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    assert "environment custom:tests.rollout.environments:EchoEnv (up to 2 model turns" in figures["rollout_loop"]
+    assert 1.0 <= figures["reward/env_reward/mean"] <= 2.0  # EchoEnv's reward: the turns each trajectory took
+    assert figures["greedy/reward/env_reward/mean"] >= 1.0  # greedy answers ran as trajectories too

@@ -10,6 +10,7 @@ import pytest
 from grpo_cli.config.schema import CurriculumPhase, TrainConfig
 from grpo_cli.errors import GrpoError
 from grpo_cli.training import GRPOTrainer
+from tests.conftest import reproducible
 
 
 def config(steps: int, scheduler: str = "constant", curriculum: str = "constant") -> TrainConfig:
@@ -55,3 +56,21 @@ def test_changing_train_steps_under_a_schedule_needs_resume_allow_changes(
 def test_a_run_with_no_schedule_on_train_steps_may_go_on_longer(tmp_path: Path) -> None:
     train(config(1), tmp_path)
     assert [row["step"] for row in train(config(2), tmp_path).history] == [2]
+
+
+def test_a_multi_turn_run_resumes_as_if_never_stopped(tmp_path: Path) -> None:
+    """With an environment, trajectories come from the saved sampling stream and fresh environment
+    objects: 2 steps, then 2 more from the checkpoint, give what 4 straight steps give."""
+
+    def multi_turn(steps: int) -> TrainConfig:
+        cfg = config(steps)
+        cfg.env.name, cfg.env.target = "custom", "tests.rollout.environments:EchoEnv"
+        cfg.rollout.max_new_tokens = 16  # room for the tiny model to end a turn now and then
+        return cfg
+
+    straight = train(multi_turn(4), tmp_path / "straight").history
+    train(multi_turn(2), tmp_path / "resumed")
+    resumed = train(multi_turn(4), tmp_path / "resumed").history
+    assert [row["step"] for row in resumed] == [3, 4]
+    assert reproducible(resumed) == reproducible(straight[2:])
+    assert max(row["env/turns_mean"] for row in straight) > 1.0  # trajectories with several turns were resumed
