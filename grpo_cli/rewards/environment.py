@@ -1,8 +1,13 @@
-"""Rewards that read what a multi-turn rollout's environment reported (env.*, docs/environments.md)."""
+"""Rewards that read what a multi-turn rollout's environment reported (env.*, docs/environments.md).
+
+Each row is scored on its own (`score_each`): a value a row's environment reported that is not a
+number costs that row, never the batch."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from grpo_cli.rewards.rows import score_each
 
 
 def env_reward(prompts: list[Any], completions: list[str], env_reward: list[Any], **_: Any) -> list[float | None]:
@@ -12,7 +17,7 @@ def env_reward(prompts: list[Any], completions: list[str], env_reward: list[Any]
     >>> env_reward(["p", "p"], ["a", "b"], env_reward=[1.0, None])
     [1.0, None]
     """
-    return [None if value is None else float(value) for value in env_reward]
+    return score_each(lambda value: None if value is None else float(value), env_reward)
 
 
 def code_feedback_final(
@@ -24,7 +29,7 @@ def code_feedback_final(
     >>> code_feedback_final(["p", "p"], ["a", "b"], env_turn_scores=[[0.0, 1.0], [0.5]])
     [1.0, 0.5]
     """
-    return [scores[-1] if scores else None for scores in env_turn_scores]
+    return score_each(lambda scores: _turn_score(scores, -1), env_turn_scores)
 
 
 def code_feedback_improvement(
@@ -36,6 +41,16 @@ def code_feedback_improvement(
     >>> code_feedback_improvement(["p", "p", "p"], ["a", "b", "c"], env_turn_scores=[[0.0, 1.0], [1.0], [0.5, 0.25]])
     [1.0, 0.0, -0.25]
     """
-    return [
-        None if not scores or None in (scores[0], scores[-1]) else scores[-1] - scores[0] for scores in env_turn_scores
-    ]
+
+    def improvement(scores: Any) -> float | None:
+        first, last = _turn_score(scores, 0), _turn_score(scores, -1)
+        return None if first is None or last is None else last - first
+
+    return score_each(improvement, env_turn_scores)
+
+
+def _turn_score(scores: Any, turn: int) -> float | None:
+    """One answer's score in a row's env_turn_scores (None: no answer was judged)."""
+    if not scores or scores[turn] is None:
+        return None
+    return float(scores[turn])

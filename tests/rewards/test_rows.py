@@ -31,6 +31,9 @@ BROKEN_ROW = {
     "code_compiles": (["x = 1\n", Unprintable()], {}, {}),
     "code_style": (["x = 1\n", Unprintable()], {}, {}),
     "code_similarity": (["x = 1\n", "x = 1\n"], {"reference": ["y = 2\n", Unprintable()]}, {}),
+    "env_reward": (["a", "b"], {"env_reward": [1.0, "many"]}, {}),
+    "code_feedback_final": (["a", "b"], {"env_turn_scores": [[0.0, 0.5], [0.0, "all"]]}, {}),
+    "code_feedback_improvement": (["a", "b"], {"env_turn_scores": [[0.0, 0.5], ["none", 1.0]]}, {}),
 }
 # These isolate each completion their own way: math-verify's errors score 0 (or None for a gold
 # answer it cannot parse); the sandbox turns anything a candidate does into a score of 0.
