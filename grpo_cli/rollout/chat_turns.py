@@ -71,11 +71,15 @@ def with_tool_description(messages: list[dict[str, Any]], schemas: list[dict[str
     return [{"role": "system", "content": text}, *messages]
 
 
-def render_prompt(tokenizer: Any, messages: list[dict[str, Any]], schemas: list[dict[str, Any]] | None) -> str:
-    """A conversational prompt as the model sees it, the tools offered where there are any."""
+def render_prompt(
+    tokenizer: Any, messages: list[dict[str, Any]], schemas: list[dict[str, Any]] | None, native: bool
+) -> str:
+    """A conversational prompt as the model sees it, the tools offered where there are any:
+    through `tools=` when the template renders them (`native`, from `renders_tools`), else described
+    in the system message."""
     if not schemas:
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    if renders_tools(tokenizer):
+    if native:
         return tokenizer.apply_chat_template(messages, tools=schemas, tokenize=False, add_generation_prompt=True)
     return tokenizer.apply_chat_template(
         with_tool_description(messages, schemas), tokenize=False, add_generation_prompt=True

@@ -344,7 +344,7 @@ def with_environment(
     if spec is None:
         return generator, None
     schemas = tool_schemas(spec.tools)
-    encoder.tool_schemas = schemas or None
+    encoder.offer_tools(schemas)
     episodes = EpisodeGenerator(generator, tokenizer, spec, env, rollout.max_new_tokens, context)
     tools = f", tools: {', '.join(s['function']['name'] for s in schemas)}" if schemas else ""
     line = f"{spec.name} (up to {env.max_turns} model turns, {episodes.max_tokens} tokens after the prompt{tools})"

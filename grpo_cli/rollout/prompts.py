@@ -16,7 +16,7 @@ from transformers import PreTrainedTokenizerBase
 
 from grpo_cli.config.schema import LONG_PROMPT_POLICIES
 from grpo_cli.errors import GrpoError
-from grpo_cli.rollout.chat_turns import render_prompt
+from grpo_cli.rollout.chat_turns import render_prompt, renders_tools
 
 log = logging.getLogger("grpo")
 
@@ -30,14 +30,20 @@ class PromptEncoder:
         self.max_tokens = max_tokens
         self.device = device
         self.tool_schemas: list[dict[str, Any]] | None = None  # an environment's tools, offered to the model
+        self.template_renders_tools = False  # whether the chat template shows tools= itself (offer_tools)
 
     def _texts(self, prompts: list[Any]) -> tuple[list[str], bool]:
         conversational = [isinstance(p, list) for p in prompts]
         texts = [
-            render_prompt(self.tokenizer, p, self.tool_schemas) if conv else p
+            render_prompt(self.tokenizer, p, self.tool_schemas, self.template_renders_tools) if conv else p
             for p, conv in zip(prompts, conversational)
         ]
         return texts, not any(conversational)  # a chat template carries its own special tokens
+
+    def offer_tools(self, schemas: list[dict[str, Any]]) -> None:
+        """Every conversational prompt offers these tools from now on; the template is probed once."""
+        self.tool_schemas = schemas or None
+        self.template_renders_tools = bool(schemas) and renders_tools(self.tokenizer)
 
     def token_counts(self, prompts: list[Any]) -> list[int]:
         texts, special = self._texts(prompts)

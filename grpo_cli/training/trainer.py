@@ -112,16 +112,7 @@ class GRPOTrainer:
         # No reference model is built or run when beta = 0; a resumed run reloads the starting model.
         starting_dir = self.model_dir if self.resumed_from else None
         reference = frozen_reference(self.model, starting_dir) if cfg.algo.beta > 0 else None
-        self.generator, self.diagnostics["rollout_loop"] = make_generator(
-            self.model, self.tokenizer, cfg.rollout, cfg.data.max_prompt_tokens
-        )
-        self.generator.on_token = lambda done, total: self.report_stage(self.sampling_stage, done, total)
-        self.encoder = PromptEncoder(self.tokenizer, cfg.data.max_prompt_tokens, self.device)
-        self.generator, environment = with_environment(
-            self.generator, self.encoder, self.tokenizer, cfg.env, cfg.sandbox, cfg.rollout, context_length(self.model)
-        )
-        if environment is not None:
-            self.diagnostics["environment"] = environment
+        self.build_sampling()
         splits, self.prompt_budget = fit_to_model(
             {"train": train_examples, "eval": eval_examples}, self.encoder, self.model, cfg.data, cfg.rollout
         )
@@ -146,6 +137,21 @@ class GRPOTrainer:
             self.state.register(name, part)
         self.alerts = StepAlerts(cfg.monitor, self.success.name, self.state)
         self.step_index, self.history = self.checkpoints.start(self.resumed_from, self.learner, self.state)
+
+    def build_sampling(self) -> None:
+        """The sampling loop `rollout.*` picks, run in turns with the environment when `env.*` names
+        one, and the prompt encoder, which offers the environment's tools."""
+        cfg = self.cfg
+        generator, self.diagnostics["rollout_loop"] = make_generator(
+            self.model, self.tokenizer, cfg.rollout, cfg.data.max_prompt_tokens
+        )
+        generator.on_token = lambda done, total: self.report_stage(self.sampling_stage, done, total)
+        self.encoder = PromptEncoder(self.tokenizer, cfg.data.max_prompt_tokens, self.device)
+        self.generator, environment = with_environment(
+            generator, self.encoder, self.tokenizer, cfg.env, cfg.sandbox, cfg.rollout, context_length(self.model)
+        )
+        if environment is not None:
+            self.diagnostics["environment"] = environment
 
     def log_training_state(self) -> None:
         """This process's tensor bytes of trained weights, gradients and optimizer state: what

@@ -28,7 +28,7 @@ from grpo_cli.errors import GrpoError
 from grpo_cli.models import load_tokenizer
 from grpo_cli.rewards import RewardExecutor, RewardFusion, resolve_reward_sources
 from grpo_cli.rollout import make_generator
-from grpo_cli.rollout.chat_turns import observation_text, parse_tool_calls, render_prompt, tool_schemas
+from grpo_cli.rollout.chat_turns import observation_text, parse_tool_calls, render_prompt, renders_tools, tool_schemas
 from grpo_cli.rollout.episodes import with_environment
 from grpo_cli.rollout.prompts import PromptEncoder, context_length
 from grpo_cli.training.pipeline import generate_groups, score_rollout
@@ -205,7 +205,8 @@ def test_a_trl_environment_class_runs_unchanged(model, tokenizer) -> None:
     rollout = generate_groups(examples, encoder, generator, 2)
     prompt = tokenizer.decode(rollout.prompt_ids[0][rollout.prompt_mask[0].bool()])
     assert "to 3.\n\nThe counter starts at 0; the answer is 3." in prompt  # reset(**row), after the prompt
-    described = render_prompt(tokenizer, examples[0]["prompt"], encoder.tool_schemas)
+    assert not encoder.template_renders_tools  # the tiny template ignores tools=
+    described = render_prompt(tokenizer, examples[0]["prompt"], encoder.tool_schemas, native=False)
     assert '"name": "increment"' in described and "<tool_call>" in described  # the tool, in a system message
     assert rollout.env_columns["env_reward"] == [0.0, 0.0]  # get_reward(): no call was made
 
@@ -235,7 +236,8 @@ def test_plain_tool_functions_run_and_are_offered_through_the_template(tokenizer
     chatml.chat_template = (
         "{% if tools %}TOOLS:{% for t in tools %}{{ t['function']['name'] }};{% endfor %}{% endif %}" + CHATML
     )
-    rendered = render_prompt(chatml, [{"role": "user", "content": "6*7?"}], schemas)
+    assert renders_tools(chatml) and not renders_tools(tokenizer)
+    rendered = render_prompt(chatml, [{"role": "user", "content": "6*7?"}], schemas, native=True)
     assert rendered.startswith("TOOLS:multiply;")  # a template that renders tools= gets them its way
 
 
