@@ -119,14 +119,9 @@ class CodeFeedbackEnvironment:
         return score, self._failure_text(verdict)
 
     def _failure_text(self, verdict: Any) -> str:
-        task = self.task
         summary = f"Your code passed {verdict.passed} of {verdict.units} tests."
-        if not verdict.finished:
+        if verdict.failure:
+            summary += f"\n{verdict.failure}"
+        elif not verdict.finished:
             summary += " It crashed, timed out or exited before the tests finished."
-        failing = [i for i in range(verdict.units) if i not in verdict.passed_units]
-        if task.test_list and failing and verdict.units == len(task.test_list):  # one unit per assert
-            summary += f"\nThe first failing test:\n{task.test_list[failing[0]]}"
-        elif task.io and failing and failing[0] < len(task.io):
-            stdin, expected = task.io[failing[0]]
-            summary += f"\nThe first failing case: input {stdin[:200]!r}, expected output {expected[:200]!r}"
         return summary + "\nFix the code and answer with the complete function."

@@ -42,8 +42,14 @@ class UnitTally:
         self.passed = 0
         self.idle = 0
         self.passed_units: set[int] = set()
+        self.first_failed: int | None = None  # the position of the first unit failed (idle ones are not)
         self._mark = 0
         self._units = 0
+
+    @property
+    def position(self) -> int:
+        """The position of the unit running now."""
+        return self._units
 
     def called(self) -> None:
         self.calls += 1
@@ -54,6 +60,8 @@ class UnitTally:
         elif passed:
             self.passed += 1
             self.passed_units.add(self._units)
+        elif self.first_failed is None:
+            self.first_failed = self._units
         self._mark = self.calls
         self._units += 1
 
@@ -265,6 +273,18 @@ def check_units(test_source: str) -> tuple[str, int]:
     check.body = body or [ast.Pass()]
     tree = _StrictEquality().visit(tree)
     return ast.unparse(ast.fix_missing_locations(tree)), units
+
+
+def unit_sources(test_source: str) -> list[str]:
+    """The source of each unit `check_units` counts, in its order: what a failing unit was.
+
+    >>> unit_sources("def check(candidate):\\n    x = 2\\n    assert candidate(x) == 4\\n")
+    ['assert candidate(x) == 4']
+    """
+    tree = ast.parse(test_source)
+    check = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
+    body = check.body if check is not None else []
+    return [ast.unparse(stmt) for stmt in body if any(isinstance(n, ast.Assert) for n in ast.walk(stmt))]
 
 
 def test_setup(test_setup_code: Any, test_imports: Any) -> str:

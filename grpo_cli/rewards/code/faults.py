@@ -9,12 +9,14 @@ class CandidateFailure(Exception):
 
     `kind`: raised | syntax | missing | timeout | crashed | output_flood | protocol | non_strict | too_large.
     `exc_type`: for `raised`, the class name of what the candidate raised (untrusted text).
+    `trace`: for `raised`, the candidate's own lines the exception passed through (untrusted text).
     """
 
-    def __init__(self, message: str, kind: str = "failed", exc_type: str | None = None) -> None:
+    def __init__(self, message: str, kind: str = "failed", exc_type: str | None = None, trace: str = "") -> None:
         super().__init__(message)
         self.kind = kind
         self.exc_type = exc_type
+        self.trace = trace
 
 
 class HarnessFault(Exception):

@@ -6,13 +6,14 @@ never sees."""
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import math
 import random
 import threading
 import types
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -27,6 +28,7 @@ from grpo_cli.rewards.code.checks import (
     parse_test_list,
     strict_equal,
     test_setup,
+    unit_sources,
 )
 from grpo_cli.rewards.code.faults import CandidateFailure, HarnessFault
 from grpo_cli.rewards.code.tasks import assemble_program, column, prompt_definitions
@@ -85,13 +87,16 @@ def tasks_from_columns(
 class Verdict:
     """What one program did on its task's tests: `passed` of `units` counted units; `finished`
     when the tests ran to their end; `cost`, when counted, the bytecode instructions executed;
-    `passed_units`, the positions of the units passed (see `UnitTally`)."""
+    `passed_units`, the positions of the units passed (see `UnitTally`); `failure`, what went
+    wrong first, as feedback for the model (env=code_feedback): the failing test, what the
+    function raised (with its own lines) or returned, what it printed. Never part of a score."""
 
     passed: int
     units: int
     finished: bool
     cost: int | None = None
     passed_units: frozenset[int] = frozenset()
+    failure: str = field(default="", compare=False)
 
     @property
     def all_passed(self) -> bool:
@@ -115,6 +120,38 @@ class Verdict:
 
 
 FAILED = Verdict(0, 1, False)  # whatever the candidate caused before any unit could run
+FEEDBACK_CHARS = 400  # of each untrusted part of a failure (a value, a message, the output)
+
+
+def describe_failure(
+    test: str | None, error: CandidateFailure | None = None, got: Any = None, printed: str = "", stopped: bool = False
+) -> str:
+    """A failure in the words a developer would want back: the test, then why it failed.
+
+    >>> print(describe_failure("assert add(2, 3) == 5", got=6, printed="adding"))
+    The first failing test: assert add(2, 3) == 5
+    Your function returned: 6
+    It printed: adding
+    """
+    if test:
+        lines = [f"The first failing test: {test[:FEEDBACK_CHARS]}"]
+    else:
+        lines = ["Your code failed before any test ran." if error is not None else "The tests did not finish."]
+    if error is not None:
+        lines.append(
+            f"It failed with {str(error)[:FEEDBACK_CHARS]}"
+            if error.kind != "raised"
+            else f"It raised {str(error)[:FEEDBACK_CHARS]}"
+        )
+        if error.trace:
+            lines.append(f"Traceback (your code, most recent call last):\n{error.trace[-FEEDBACK_CHARS * 2 :]}")
+    elif got is not None:
+        lines.append(f"Your function returned: {repr(got)[:FEEDBACK_CHARS]}")
+    elif stopped:
+        lines.append("It crashed, timed out or exited before the tests finished.")
+    if printed.strip():
+        lines.append(f"It printed: {printed.strip()[-FEEDBACK_CHARS:]}")
+    return "\n".join(lines)
 
 
 def _private_random(seed: int = 0) -> types.ModuleType:
@@ -174,6 +211,7 @@ class _Candidate:
         self.fault: BaseException | None = None
         self.passed_before_death: int | None = None
         self.passed_units_before_death: frozenset[int] = frozenset()
+        self.errors: dict[int, CandidateFailure] = {}  # the first failure in each unit, by position
         self._tally = tally
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -192,6 +230,7 @@ class _Candidate:
             self.fault = err
             raise
         except CandidateFailure as err:
+            self.errors.setdefault(self._tally.position, err)
             if err.kind != "raised" and self.passed_before_death is None:
                 self.passed_before_death = self._tally.passed
                 self.passed_units_before_death = frozenset(self._tally.passed_units)
@@ -215,12 +254,21 @@ def _run_check(sandbox: Any, task: Task, program: str, count: bool) -> Verdict:
             finished = False
     if candidate.fault is not None:
         raise candidate.fault
+    failed = tally.first_failed
+    sources = unit_sources(str(task.test))
+    error = candidate.errors.get(failed) if failed is not None else next(iter(candidate.errors.values()), None)
+    failure = describe_failure(
+        sources[failed] if failed is not None and failed < len(sources) else None,
+        error, printed=session.printed, stopped=not finished,
+    )  # fmt: skip
     counted = units - tally.idle
     if candidate.passed_before_death is not None:  # units "passed" after the session died do not count
-        return Verdict(candidate.passed_before_death, max(counted, 1), False, None, candidate.passed_units_before_death)
+        dead = (candidate.passed_before_death, max(counted, 1), False, None, candidate.passed_units_before_death)
+        return Verdict(*dead, failure=failure)
     if counted <= 0:  # no unit exercised it: returning after calling it at all is the one unit
-        return Verdict(int(finished and tally.calls > 0), 1, finished, session.cost if count else None)
-    return Verdict(tally.passed, counted, finished, session.cost if count else None, frozenset(tally.passed_units))
+        return Verdict(int(finished and tally.calls > 0), 1, finished, session.cost if count else None, failure=failure)
+    passed_units = frozenset(tally.passed_units)
+    return Verdict(tally.passed, counted, finished, session.cost if count else None, passed_units, failure)
 
 
 def _run_test_list(sandbox: Any, task: Task, program: str, count: bool) -> Verdict:
@@ -234,10 +282,12 @@ def _run_test_list(sandbox: Any, task: Task, program: str, count: bool) -> Verdi
     with sandbox.session(program, entry_point, task.setup, count) as session:
         candidate = _Candidate(session, entry_point, tally)
         namespace.update({entry_point: candidate, REMOTE: candidate.remote})
-        for case in cases:
+        returned: dict[int, Any] = {}  # what a (call, expected) case got, by position
+        for position, case in enumerate(cases):
             try:
                 if isinstance(case, CallCase):
-                    passed = strict_equal(candidate(*case.args, **case.kwargs), case.expected)
+                    returned[position] = candidate(*case.args, **case.kwargs)
+                    passed = strict_equal(returned[position], case.expected)
                 else:
                     exec(_compiled(case.code, "<test_list>"), namespace)
                     passed = True
@@ -246,24 +296,45 @@ def _run_test_list(sandbox: Any, task: Task, program: str, count: bool) -> Verdi
                     raise candidate.fault from None
                 passed = False
             tally.unit(passed)
+    failed = tally.first_failed
+    failure = "" if failed is None else describe_failure(
+        task.test_list[failed], candidate.errors.get(failed), returned.get(failed), session.printed
+    )  # fmt: skip
     counted = len(cases) - tally.idle
-    return Verdict(tally.passed, max(counted, 1), True, session.cost if count else None, frozenset(tally.passed_units))
+    passed_units = frozenset(tally.passed_units)
+    return Verdict(tally.passed, max(counted, 1), True, session.cost if count else None, passed_units, failure)
 
 
 def _run_io(sandbox: Any, task: Task, program: str, count: bool) -> Verdict:
     """Stdin/stdout pairs: the full list of normalised output lines must match, count included.
     A timeout ends the completion's turn (the cases left count as failed), so a hostile
     program costs one timeout, not one per case."""
-    passed_units, costs = set(), []
+    passed_units, costs, failure = set(), [], ""
     for unit, (stdin, expected) in enumerate(task.io):
         result = sandbox.run_program(program, stdin, count)
+        if not result.timed_out and result.exit_code == 0 and output_lines(result.stdout) == output_lines(expected):
+            passed_units.add(unit)
+        elif not failure:
+            failure = _io_failure(stdin, expected, result)
         if result.timed_out:
             break
-        if result.exit_code == 0 and output_lines(result.stdout) == output_lines(expected):
-            passed_units.add(unit)
         costs.append(result.cost)
     counted = None if not count or None in costs else sum(costs)
-    return Verdict(len(passed_units), len(task.io), True, counted, frozenset(passed_units))
+    return Verdict(len(passed_units), len(task.io), True, counted, frozenset(passed_units), failure)
+
+
+def _io_failure(stdin: str, expected: str, result: Any) -> str:
+    """A failing stdin/stdout case: its input, the output expected and the output got, and the
+    end of stderr (a traceback) when the program failed."""
+    n = FEEDBACK_CHARS
+    lines = [f"The first failing case: input {stdin[:n]!r}, expected output {expected[:n]!r}"]
+    if result.timed_out:
+        lines.append("Your program timed out on it.")
+    else:
+        lines.append(f"Your program printed {result.stdout[:n]!r} and exited with status {result.exit_code}.")
+    if result.stderr.strip():
+        lines.append(f"Its stderr ended with:\n{result.stderr.strip()[-n * 2 :]}")
+    return "\n".join(lines)
 
 
 def judge(sandbox: Any, task: Task, program: str, count: bool = False) -> Verdict | None:
@@ -276,8 +347,8 @@ def judge(sandbox: Any, task: Task, program: str, count: bool = False) -> Verdic
         return _run_test_list(sandbox, task, program, count)
     except HarnessFault:
         return None
-    except CandidateFailure:  # could not start, died, timed out, broke the protocol
-        return FAILED
+    except CandidateFailure as err:  # could not start, died, timed out, broke the protocol
+        return dataclasses.replace(FAILED, failure=describe_failure(None, err))
 
 
 class VerdictMemo:

@@ -54,6 +54,7 @@ R = TypeVar("R")
 # a source over MAX_SOURCE_BYTES scores 0 without running.
 MAX_OUTPUT_BYTES = 1_000_000
 MAX_SOURCE_BYTES = 100_000
+PRINTED_BYTES = 2_000  # of a session's stdout, kept for feedback
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,7 @@ class Session:
         self._deadline = time.monotonic() + sandbox.cfg.timeout_s
         self._next_id = 0
         self._child: Child | None = None
+        self.printed = ""  # after close: the tail of what the candidate wrote to stdout (env=code_feedback)
         if _source_too_long(source, MAX_SOURCE_BYTES):
             raise self._fail("too_large", f"source over {MAX_SOURCE_BYTES} bytes: not run")
         job = {"mode": "call", "source": source, "entry_point": entry_point, "setup": setup, **sandbox._job_fields()}
@@ -106,7 +108,8 @@ class Session:
             ready = self._record(0)
             if "error" in ready:
                 kind = ready.get("kind") if ready.get("kind") in ("syntax", "missing", "raised") else "protocol"
-                raise self._fail(kind, _text(ready.get("error")), _text(ready.get("exc_type")) or None)
+                error, exc_type = _text(ready.get("error")), _text(ready.get("exc_type")) or None
+                raise self._fail(kind, error, exc_type, _text(ready.get("trace"), 800))
             if ready != {"id": 0, "ok": None}:
                 raise self._fail("protocol", "malformed ready record")
         except BaseException:
@@ -146,7 +149,7 @@ class Session:
         if "error" in record:
             message, exc_type = _text(record.get("error")), _text(record.get("exc_type")) or None
             if record.get("kind") == "raised":
-                raise CandidateFailure(message, "raised", exc_type)
+                raise CandidateFailure(message, "raised", exc_type, _text(record.get("trace"), 800))
             raise self._fail("non_strict", message)
         if set(record) != ({"id", "ok", "cost"} if self.count else {"id", "ok"}):
             raise self._fail("protocol", "malformed response record")
@@ -166,6 +169,7 @@ class Session:
             return None
         healthy = self.failure is None and not child.closed
         child.close(graceful=healthy)  # a graceful close reads the pipes until the runner is gone
+        self.printed = bytes(child.buffers["stdout"][-PRINTED_BYTES:]).decode(errors="replace")
         self._sandbox._forget(child)
         if healthy and child.buffers["proto"]:
             return self._fail("protocol", "a record arrived that nobody asked for")
@@ -189,8 +193,8 @@ class Session:
             raise self._fail("protocol", "more than one record for one request")
         return record
 
-    def _fail(self, kind: str, message: str, exc_type: str | None = None) -> CandidateFailure:
-        err = CandidateFailure(message, kind, exc_type)
+    def _fail(self, kind: str, message: str, exc_type: str | None = None, trace: str = "") -> CandidateFailure:
+        err = CandidateFailure(message, kind, exc_type, trace)
         if self.failure is None:
             self.failure = err
         if self._child is not None:

@@ -63,6 +63,40 @@ def _describe(err: BaseException) -> str:
     return f"{name}: {text}" if text else name
 
 
+def _trace(err: BaseException, source: str, frames: int = 3) -> str:
+    """The last few lines of the candidate's own code the exception passed through, as
+    `line N, in f: <source line>`: what a traceback tells the model (env=code_feedback), without
+    importing `traceback` after the limits."""
+    lines = source.splitlines()
+    found = []
+    tb = err.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_filename == "candidate.py":
+            number = tb.tb_lineno
+            text = lines[number - 1].strip() if 0 < number <= len(lines) else ""
+            found.append(f"line {number}, in {code.co_name}: {text[:160]}")
+        tb = tb.tb_next
+    return "\n".join(found[-frames:])
+
+
+def _flush(stream: object) -> None:
+    try:
+        stream.flush()
+    except BaseException:
+        pass
+
+
+def _raised(number: object, err: BaseException, source: str) -> dict:
+    return {
+        "id": number,
+        "error": _describe(err),
+        "kind": "raised",
+        "exc_type": type_name(err),
+        "trace": _trace(err, source),
+    }
+
+
 def run_worker(header: dict, reader: object, proto: int) -> None:
     if header["mode"] == "program":
         stdin = os.memfd_create("stdin")  # the program's stdin, written before FSIZE applies
@@ -161,7 +195,7 @@ def _load_candidate(header: dict, module: object, proto: int) -> object:
                 _send(proto, {"id": 0, "error": f"no function {header['entry_point']!r}", "kind": "missing"})
                 os._exit(0)
     except BaseException as err:
-        _send(proto, {"id": 0, "error": _describe(err), "kind": "raised", "exc_type": type_name(err)})
+        _send(proto, _raised(0, err, header["source"]))
         os._exit(0)
     return fn
 
@@ -173,7 +207,9 @@ def _call_of(request: dict, module: object, fn: object) -> tuple[object, object,
     return fn, request["args"], request["kwargs"]
 
 
-def _answer(number: object, count: object, target: object, args: object, kwargs: dict, max_record: int) -> bytes:
+def _answer(
+    number: object, count: object, target: object, args: object, kwargs: dict, max_record: int, source: str
+) -> bytes:
     """Make one call and write its record: the value as strict data, or why there is none."""
     counter = [0]
     try:
@@ -183,8 +219,9 @@ def _answer(number: object, count: object, target: object, args: object, kwargs:
             value = target(*args, **kwargs)
         finally:
             sys.settrace(None)
+            _flush(sys.stdout)  # what it printed reaches the pipe now: the worker ends by os._exit
     except BaseException as err:  # SystemExit and KeyboardInterrupt included: a failure, not an exit
-        return _dump({"id": number, "error": _describe(err), "kind": "raised", "exc_type": type_name(err)})
+        return _dump(_raised(number, err, source))
     try:
         record = {"id": number, "ok": encode(value)}
         if count:
@@ -200,7 +237,7 @@ def _answer(number: object, count: object, target: object, args: object, kwargs:
 def _serve_calls(header: dict, reader: object, proto: int) -> None:
     module = type(sys)("candidate")  # not __main__: `if __name__ == "__main__"` demos stay off
     sys.modules["candidate"] = module
-    max_record = header["max_record_bytes"]  # read before the candidate runs
+    max_record, source = header["max_record_bytes"], header["source"]  # read before the candidate runs
     fn = _load_candidate(header, module, proto)
     _send(proto, {"id": 0, "ok": None})
     while True:
@@ -212,7 +249,7 @@ def _serve_calls(header: dict, reader: object, proto: int) -> None:
             target, args, kwargs = _call_of(request, module, fn)
         except BaseException:
             os._exit(EXIT_HARNESS)
-        data = _answer(number, count, target, args, kwargs, max_record)
+        data = _answer(number, count, target, args, kwargs, max_record, source)
         try:
             _write(proto, data)
         except BaseException:
