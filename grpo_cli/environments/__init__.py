@@ -11,7 +11,17 @@ from grpo_cli.config.schema import ENVIRONMENTS, EnvConfig, SandboxConfig
 from grpo_cli.environments.base import Environment, ToolEnvironment, TRLEnvironment
 from grpo_cli.errors import GrpoError
 
-__all__ = ["COLUMNS", "ENVIRONMENTS", "Environment", "EnvironmentSpec", "environment_columns", "load_environment"]
+__all__ = [
+    "COLUMNS",
+    "ENVIRONMENTS",
+    "Environment",
+    "EnvironmentSpec",
+    "environment_columns",
+    "load_environment",
+    "longest_prompt",
+    "trajectory_tokens",
+]
+TEMPLATE_TOKENS = 16  # the chat template's tokens around one environment answer (role markers, EOS)
 
 
 @dataclass
@@ -22,6 +32,26 @@ class EnvironmentSpec:
     new: Callable[[], Any]  # a fresh environment object
     tools: list[Callable[..., Any]]  # offered through the chat template ([] for none)
     columns: tuple[str, ...] = ()  # per-row columns beyond the ones every environment reports (COLUMNS)
+
+
+def trajectory_tokens(env: EnvConfig, max_new_tokens: int) -> int:
+    """The most tokens a completion holds after its prompt: one turn's for env=none, else
+    `env.max_tokens`, or (0) every model turn's and every environment answer between them. The
+    episode loop stops at it, and the memory plan and vLLM's context are sized by it.
+
+    >>> calculator = EnvConfig(name="calculator", max_turns=3, max_observation_tokens=48)
+    >>> trajectory_tokens(EnvConfig(), 64), trajectory_tokens(calculator, 64)
+    (64, 320)
+    """
+    if env.name == "none":
+        return max_new_tokens
+    between = (env.max_turns - 1) * (env.max_observation_tokens + TEMPLATE_TOKENS)
+    return env.max_tokens or env.max_turns * max_new_tokens + between
+
+
+def longest_prompt(max_prompt_tokens: int, env: EnvConfig, max_new_tokens: int) -> int:
+    """The longest prompt one generate call can get: a later turn's prompt holds the turns before it."""
+    return max_prompt_tokens + trajectory_tokens(env, max_new_tokens) - max_new_tokens
 
 
 COLUMNS = ("env_reward", "env_error", "env_turns")  # what every trajectory reports to the reward functions

@@ -195,6 +195,11 @@ class TrainingConsole:
                 ),
                 soft_wrap=True,
             )
+            if len(sample.get("messages") or []) > 1:  # a multi-turn completion: each turn under it
+                for turn, message in enumerate(sample["messages"], 1):
+                    role = (message.get("role") or "?", "bold" if message.get("role") == "assistant" else "yellow")
+                    text = repr(str(message.get("content", ""))[:160])
+                    self.console.print(Text.assemble(f"    {turn}. ", role, " ", text), soft_wrap=True)
 
     def _render(self) -> Group:
         table = Table.grid(padding=(0, 2))

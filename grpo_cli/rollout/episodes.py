@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from grpo_cli.config.schema import EnvConfig, RolloutConfig, SandboxConfig
-from grpo_cli.environments import EnvironmentSpec, load_environment
+from grpo_cli.environments import EnvironmentSpec, load_environment, trajectory_tokens
 from grpo_cli.rewards.fusion import ENV_ERROR
 from grpo_cli.rollout.base import Generator, Rollout, TokenProgress
 from grpo_cli.rollout.chat_turns import observation_text, tool_schemas
@@ -105,9 +105,7 @@ class EpisodeGenerator:
         self.inner, self.tokenizer, self.spec, self.cfg = inner, tokenizer, spec, env
         self.max_new_tokens = max_new_tokens
         self.context = context
-        self.max_tokens = env.max_tokens or env.max_turns * max_new_tokens + (env.max_turns - 1) * (
-            env.max_observation_tokens + 16  # the template's tokens around an answer
-        )
+        self.max_tokens = trajectory_tokens(env, max_new_tokens)
         self.pad_id = tokenizer.pad_token_id
         self._engine_logps = False
 

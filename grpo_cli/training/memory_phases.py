@@ -15,6 +15,7 @@ from grpo_cli.config.schema import LoraConfig, TrainConfig
 from grpo_cli.core.logprobs import CHUNK_ELEMENTS
 from grpo_cli.core.packing import choose_layout
 from grpo_cli.core.precision import PRECISION_DTYPES, effective_precision, weights_dtype
+from grpo_cli.environments import trajectory_tokens
 from grpo_cli.training.memory_report import Part
 from grpo_cli.training.model_shape import ModelShape
 
@@ -106,10 +107,12 @@ def worst_batch(cfg: TrainConfig, device: torch.device, shape: ModelShape) -> Wo
     # peft keeps adapters in float32 (autocast_adapter_dtype); AdamW's moments take the parameter's dtype
     trainable, tb = (shape.lora_parameters(cfg.model.lora), 4) if lora else (shape.parameters, wb)
     lb = 4 if cfg.model.lm_head_fp32 else cb  # models.Float32Head: the logits in fp32 whatever the passes' dtype
-    completion = cfg.rollout.max_new_tokens
+    turn = cfg.rollout.max_new_tokens
+    completion = trajectory_tokens(cfg.env, turn)  # a multi-turn completion: its turns and the environment's
     prompt = cfg.data.max_prompt_tokens  # clamped to the context as rollout.prompts.fit_prompts does
     if shape.context is not None:
-        prompt = max(1, min(prompt, shape.context - completion))
+        prompt = max(1, min(prompt, shape.context - turn))
+        completion = min(completion, shape.context - prompt)  # the episode loop stops within the context
     prompts = max(1, cfg.train.prompts_per_step // cfg.distributed.num_processes)
     layout = cfg.train.layout if shape.packable else "padded"
     return Worst(

@@ -11,6 +11,7 @@ import torch
 
 from grpo_cli.config.schema import DataConfig, EnvConfig, ModelConfig, RolloutConfig, SandboxConfig
 from grpo_cli.data import split_examples
+from grpo_cli.environments import longest_prompt
 from grpo_cli.errors import GrpoError
 from grpo_cli.evaluation import ScoredSamples, SuccessRule, sample_metrics
 from grpo_cli.models import load_policy
@@ -58,7 +59,8 @@ def load_sampling_model(
     """Load the model and fit the prompts to its context exactly as the trainer does."""
     policy, tokenizer, model_dir = load_policy(model, run_dir, seed, device, dtype)
     encoder = PromptEncoder(tokenizer, data.max_prompt_tokens, device)
-    generator, loop = make_generator(policy, tokenizer, rollout, data.max_prompt_tokens)
+    longest = longest_prompt(data.max_prompt_tokens, env, rollout.max_new_tokens)  # sizes vLLM's context
+    generator, loop = make_generator(policy, tokenizer, rollout, longest)
     generator, environment = with_environment(
         generator, encoder, tokenizer, env, sandbox, rollout, context_length(policy)
     )

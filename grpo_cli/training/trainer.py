@@ -23,7 +23,7 @@ from grpo_cli.core.precision import effective_precision, weights_dtype
 from grpo_cli.core.update import UpdateBatch, policy_update
 from grpo_cli.core.update_stats import UpdateTotals
 from grpo_cli.data import PromptSampler, check_prompts_per_step, load_examples, split_examples
-from grpo_cli.environments import environment_columns
+from grpo_cli.environments import environment_columns, longest_prompt
 from grpo_cli.evaluation import SuccessRule
 from grpo_cli.models import frozen_reference, load_policy, pick_device, set_cpu_threads
 from grpo_cli.monitor import Observer, StepResult
@@ -142,9 +142,8 @@ class GRPOTrainer:
         """The sampling loop `rollout.*` picks, run in turns with the environment when `env.*` names
         one, and the prompt encoder, which offers the environment's tools."""
         cfg = self.cfg
-        generator, self.diagnostics["rollout_loop"] = make_generator(
-            self.model, self.tokenizer, cfg.rollout, cfg.data.max_prompt_tokens
-        )
+        longest = longest_prompt(cfg.data.max_prompt_tokens, cfg.env, cfg.rollout.max_new_tokens)  # vLLM's context
+        generator, self.diagnostics["rollout_loop"] = make_generator(self.model, self.tokenizer, cfg.rollout, longest)
         generator.on_token = lambda done, total: self.report_stage(self.sampling_stage, done, total)
         self.encoder = PromptEncoder(self.tokenizer, cfg.data.max_prompt_tokens, self.device)
         self.generator, environment = with_environment(

@@ -3,6 +3,7 @@ alerts and NaN indices of a reward function that fails on half the batch."""
 
 from __future__ import annotations
 
+import copy
 import io
 
 import pytest
@@ -77,3 +78,22 @@ def test_logged_steps_print_their_completions_with_rewards(results):
     assert len(shown) == 2
     sample = results[1].samples[0]
     assert repr(sample["completion"]) in shown[0] and "partial_credit" in shown[0]
+
+
+def test_a_multi_turn_completion_prints_each_turn_under_its_line(results):
+    turns = [
+        {"role": "assistant", "content": "def f(x): return x"},
+        {"role": "user", "content": "Your code passed 0 of 2 tests."},
+        {"role": "assistant", "content": "def f(x): return 2 * x"},
+    ]
+    result = copy.deepcopy(results[1])
+    result.samples[0]["messages"] = turns
+    out = printed("plain", [result], terminal=False, completions_every=1, completions_to_print=2)
+    lines = out.splitlines()
+    first = next(i for i, line in enumerate(lines) if "->" in line)
+    assert lines[first + 1 : first + 4] == [
+        "    1. assistant 'def f(x): return x'",
+        "    2. user 'Your code passed 0 of 2 tests.'",
+        "    3. assistant 'def f(x): return 2 * x'",
+    ]
+    assert "    1. " not in "\n".join(lines[first + 4 :])  # a one-turn completion prints no turns

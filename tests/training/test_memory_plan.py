@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from grpo_cli.config.schema import TrainConfig
+from grpo_cli.config.schema import EnvConfig, TrainConfig
 from grpo_cli.models import add_lora
 from grpo_cli.training.memory_plan import MemoryPlan, Part, free_memory, plan_memory
 from tests.conftest import run_grpo
@@ -111,6 +111,21 @@ def test_kv_cache_grows_with_the_generations_and_data_parallelism_shares_the_pro
     assert part(plan(cfg), "KV cache + sampling").bytes == 2 * kv
     cfg.distributed.num_processes = 2  # per process: half the prompts
     assert part(plan(cfg), "KV cache + sampling").bytes == kv
+
+
+def test_a_multi_turn_plan_counts_every_turn_and_answer_of_a_trajectory() -> None:
+    """A calculator trajectory of up to 3 turns of 32 tokens and two 48-token tool results holds
+    2 x (48 + 16) + 3 x 32 = 224 tokens after the prompt: planned as one turn of that length."""
+    cfg = TrainConfig()
+    cfg.data.max_prompt_tokens, cfg.rollout.max_new_tokens = 16, 32
+    single = plan(cfg)
+    cfg.env = EnvConfig(name="calculator", max_turns=3, max_observation_tokens=48)
+    multi = plan(cfg)
+    cfg.env, cfg.rollout.max_new_tokens = EnvConfig(), 224
+    as_one_turn = plan(cfg)
+    for name in ("KV cache + sampling", "activations"):
+        assert part(multi, name).bytes > part(single, name).bytes
+        assert part(multi, name).bytes == part(as_one_turn, name).bytes
 
 
 def test_a_plan_that_does_not_fit_names_its_biggest_part_and_the_overrides_that_help() -> None:
