@@ -115,6 +115,26 @@ def test_a_killed_two_process_run_resumes(tmp_path: Path) -> None:
     assert [row["step"] for row in read_metrics(run_dir)] == list(range(1, 10))
 
 
+def test_a_multi_turn_run_trains_on_two_processes(tmp_path: Path) -> None:
+    """Each process runs its share of the trajectories (an environment object per row): the turns,
+    the environment's reward and the conversations come back from both, every step."""
+    run_dir = tmp_path / "run"
+    proc = run_grpo(
+        "train", "train.steps=2", *QUICK, f"hydra.run.dir={run_dir}", "distributed.num_processes=2",
+        "env=custom", "env.target=tests.rollout.environments:EchoEnv", "env.max_turns=2", "rollout.max_new_tokens=8",
+        "reward.functions=[{name: env_reward, target: env_reward, weight: 1.0}]",
+        env=_env(),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert json.loads((run_dir / "summary.json").read_text())["processes"] == 2
+    for row in read_metrics(run_dir):
+        assert 1.0 <= row["env/turns_mean"] <= 2.0 and row["env/error_frac"] == 0.0
+        assert row["reward/env_reward/mean"] == row["env/turns_mean"]  # EchoEnv's reward: the turns it saw
+    for line in (run_dir / "completions" / "step_000001.jsonl").read_text().splitlines():
+        roles = [m["role"] for m in json.loads(line)["messages"]]
+        assert roles[::2] == ["assistant"] * len(roles[::2]) and set(roles[1::2]) <= {"user"}
+
+
 def test_a_batch_that_does_not_split_fails_before_any_worker_starts(tmp_path: Path) -> None:
     from grpo_cli.commands.launch import launch_workers
     from grpo_cli.config.schema import TrainConfig
