@@ -172,7 +172,7 @@ def run_eval(cfg: EvalConfig, run_dir: Path) -> float:
     start = time.perf_counter()
     seed_everything(cfg.seed)
     other = load_eval(cfg.compare) if cfg.compare else None  # a wrong path fails before any work
-    sources = resolve_reward_sources(cfg.reward.functions, cfg.device, cfg.sandbox)
+    sources = resolve_reward_sources(cfg.reward.functions, cfg.device, cfg.sandbox, cfg.data.chat)
     rule = SuccessRule.resolve([s.name for s in sources], cfg.eval)
     diagnostics = reward_diagnostics(sources)  # e.g. the sandbox backend
     fusion = RewardFusion.from_config(sources, cfg.reward)

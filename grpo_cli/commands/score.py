@@ -58,7 +58,7 @@ def run_score(cfg: ScoreConfig, run_dir: Path | None = None) -> float:
         )
     if not cfg.reward.functions:
         raise GrpoError("reward.functions is empty: choose a reward, e.g. reward=math")
-    sources = resolve_reward_sources(cfg.reward.functions, sandbox=cfg.sandbox)
+    sources = resolve_reward_sources(cfg.reward.functions, sandbox=cfg.sandbox, chat=cfg.data.chat)
     diagnostics = reward_diagnostics(sources)  # e.g. the sandbox backend, also in the summary file
     fusion = RewardFusion.from_config(sources, cfg.reward)
     count_tokens = None

@@ -103,6 +103,10 @@ class RewardFunctionConfig:
     # by the other functions only (docs/architecture.md §3 "Reward fusion"). A None returned on purpose is
     # always skipped.
     on_row_error: str = "zero"
+    # auto | grpo | trl: grpo calls f(prompts, completions, **columns) with texts; trl calls TRL's way, by keyword
+    # (completions as messages for chat data, completion_ids, trainer_state, log_metric, log_extra); auto: trl when
+    # the signature asks for it (no leading (prompts, completions), or a parameter only TRL passes)
+    calling: str = "auto"
 
 
 def _arithmetic_rewards() -> list[RewardFunctionConfig]:

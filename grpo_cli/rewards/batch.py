@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 COMPLETION_LENGTHS = "completion_lengths"  # the column of token counts every reward may read
+COMPLETION_IDS = "completion_ids"  # each completion's sampled token ids: only for a function that names it
 
 
 @dataclass
@@ -39,19 +40,23 @@ class RewardBatch:
         completion_lengths: Sequence[int | None],
         group_size: int,
         exclude: Sequence[str] = (),
+        completion_ids: Sequence[list[int]] | None = None,
     ) -> RewardBatch:
         """`rows`: one dataset row per prompt (`prompt` plus its columns; keys in `exclude`, such as
         a rollouts file's `completions`, are not columns). Rows may differ in their columns: a
-        row without one gives None there."""
+        row without one gives None there. `completion_ids`, when known (training's rollouts), become
+        the column TRL's reward functions read."""
         if len(completions) != len(rows) * group_size or len(completion_lengths) != len(completions):
             raise ValueError(
                 f"{len(rows)} prompts x {group_size} need {len(rows) * group_size} completions and lengths, "
                 f"got {len(completions)} and {len(completion_lengths)}"
             )
-        skip = {"prompt", COMPLETION_LENGTHS, *exclude}
+        skip = {"prompt", COMPLETION_LENGTHS, COMPLETION_IDS, *exclude}
         names = list(dict.fromkeys(k for row in rows for k in row if k not in skip))
         columns = {name: [row.get(name) for row in rows for _ in range(group_size)] for name in names}
         columns[COMPLETION_LENGTHS] = [None if n is None else int(n) for n in completion_lengths]
+        if completion_ids is not None:
+            columns[COMPLETION_IDS] = [list(ids) for ids in completion_ids]
         prompts = [row["prompt"] for row in rows for _ in range(group_size)]
         return cls(prompts, list(completions), columns, group_size)
 

@@ -27,8 +27,10 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
+from grpo_cli.rewards.batch import COMPLETION_IDS
 from grpo_cli.rewards.rows import RowScores, describe
-from grpo_cli.rewards.sources import RewardSource, required_columns
+from grpo_cli.rewards.sources import RewardSource, names_completion_ids, required_columns
+from grpo_cli.rewards.trl_style import LoggedScores
 
 POOL_START_TIMEOUT_S = 120.0  # spawning workers and importing reward modules; not counted in a call's timeout
 CLOSE_GRACE_S = 5.0  # close() lets idle workers exit this long before terminating them
@@ -46,6 +48,9 @@ class BatchScores:
     # the first value that was neither a number nor None, e.g. "row 0 is str '0.5', not a number": NaN, and
     # the reason the alerts give for it (a reward returning text is the function's bug, not the completion's)
     non_numeric: str | None = None
+    # what a TRL-style function logged (`LoggedScores`): log_metric's name -> values, log_extra's column -> rows
+    logged: dict[str, list[float]] = field(default_factory=dict)
+    extra: dict[str, list[Any]] = field(default_factory=dict)
 
     def judged(self) -> list[float]:
         """The values of the rows the function was given (a row missing a column it needs was not)."""
@@ -79,7 +84,13 @@ def concat_scores(parts: list[dict[str, BatchScores]], concurrent: bool = False)
         error = next((part[name].error for part in parts if part[name].error), None)
         non_numeric = next((part[name].non_numeric for part in parts if part[name].non_numeric), None)
         elapsed = max(part[name].elapsed_s for part in parts) if concurrent else sum(p[name].elapsed_s for p in parts)
-        out[name] = BatchScores(values, error, elapsed, row_errors, missing, non_numeric)
+        logged: dict[str, list[float]] = {}
+        for part in parts:
+            for metric, logged_values in part[name].logged.items():
+                logged.setdefault(metric, []).extend(logged_values)
+        columns = dict.fromkeys(c for part in parts for c in part[name].extra)
+        extra = {c: [v for p in parts for v in p[name].extra.get(c, [None] * len(p[name].values))] for c in columns}
+        out[name] = BatchScores(values, error, elapsed, row_errors, missing, non_numeric, logged, extra)
     return out
 
 
@@ -165,7 +176,7 @@ def evaluate_source(
     start = time.perf_counter()
     try:
         # kwargs come last and win: a configured value may stand in for (or override) a column.
-        raw = fn(prompts, completions, **{**columns, **kwargs})
+        raw = fn(prompts, completions, **{**visible_columns(fn, columns), **kwargs})
     except Exception as err:  # a failing user function must not stop training: its batch scores NaN
         return BatchScores([math.nan] * n, describe(err), time.perf_counter() - start)
     elapsed = time.perf_counter() - start
@@ -181,7 +192,21 @@ def evaluate_source(
     values = [_as_float(v) for v in raw]
     odd = next((i for i, v in enumerate(raw) if not _numeric(v)), None)
     non_numeric = None if odd is None else f"row {odd} is {type(raw[odd]).__name__} {raw[odd]!r:.40}, not a number"
-    return BatchScores(values, None, elapsed, row_errors, non_numeric=non_numeric)
+    logged, extra = (raw.metrics, _row_columns(raw.extra, n)) if isinstance(raw, LoggedScores) else ({}, {})
+    return BatchScores(values, None, elapsed, row_errors, non_numeric=non_numeric, logged=logged, extra=extra)
+
+
+def visible_columns(fn: Callable[..., Any], columns: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """The batch's columns for `fn`: `completion_ids` only if it names that parameter (token ids are
+    bulky, and a function written before they were passed keeps the columns it was written for)."""
+    if COMPLETION_IDS not in columns or names_completion_ids(fn):
+        return columns
+    return {k: v for k, v in columns.items() if k != COMPLETION_IDS}
+
+
+def _row_columns(extra: dict[str, list[Any]], n: int) -> dict[str, list[Any]]:
+    """log_extra's columns that hold one value per completion; another length would misplace rows."""
+    return {column: values for column, values in extra.items() if len(values) == n}
 
 
 def _init_worker(modules: list[str], barrier: Any) -> None:

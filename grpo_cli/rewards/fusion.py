@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from grpo_cli.config.schema import NORMALIZATIONS, ON_ROW_ERROR, RewardConfig
@@ -20,7 +20,7 @@ from grpo_cli.errors import GrpoError
 from grpo_cli.rewards.batch import RewardBatch
 from grpo_cli.rewards.executor import BatchScores, RewardExecutor
 from grpo_cli.rewards.sources import RewardSource
-from grpo_cli.stats import STD_EPS, EmaMoments, finite, group_zscores, weight_effect, weighted_mean
+from grpo_cli.stats import STD_EPS, EmaMoments, finite, group_zscores, nanmean, weight_effect, weighted_mean
 
 AGGREGATIONS = ("weighted_mean", "normalize_then_sum")
 
@@ -51,6 +51,10 @@ class FusionResult:
     effective_weights: dict[str, float]  # after masking and fallbacks
     weight_effect: dict[str, float]  # share of Var(R) each function drives; sums to 1
     contributions: dict[str, list[float]]  # x_i per sample: Σ_i x_i = R (0 where i did not score)
+    # what TRL-style functions logged: "<function>/<name>" -> the mean of log_metric's values this batch, and
+    # log_extra's "<function>/<column>" -> one value per completion (None where a part logged none)
+    logged: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, list[Any]] = field(default_factory=dict)
 
 
 def sigmoid(x: float) -> float:
@@ -238,6 +242,8 @@ class RewardFusion:
             effective_weights=effective,
             weight_effect=weight_effect(fused, contributions, effective),
             contributions=contributions,
+            logged={f"{s.name}/{k}": nanmean(v) for s in self.sources for k, v in batches[s.name].logged.items()},
+            extra={f"{s.name}/{k}": v for s in self.sources for k, v in batches[s.name].extra.items()},
         )
 
     def _record_failures(self, batches: dict[str, BatchScores]) -> list[str]:

@@ -2,6 +2,8 @@
 
 A source is a plain function `f(prompts, completions, **columns) -> list[float | None]` named by a
 builtin name or an import path, or a local reward model behind the same signature (`model_path`).
+A function written for TRL (`def f(completions, **kwargs)`, ...) is wrapped to be called TRL's way
+(rewards/trl_style.py).
 """
 
 from __future__ import annotations
@@ -15,12 +17,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_cli.config.schema import NORMALIZATIONS, ON_ROW_ERROR, RewardFunctionConfig, SandboxConfig
 from grpo_cli.errors import GrpoError
-from grpo_cli.rewards.batch import COMPLETION_LENGTHS
+from grpo_cli.rewards.batch import COMPLETION_IDS, COMPLETION_LENGTHS
+
+if TYPE_CHECKING:
+    from transformers import TrainerState
 from grpo_cli.rewards.builtin import BUILTIN_REWARDS
+from grpo_cli.rewards.trl_style import (
+    CALLING_CONVENTIONS,
+    SIGNATURES,
+    TrlStyleReward,
+    calling_convention,
+)
 
 
 @dataclass
@@ -75,15 +86,25 @@ def _import_target(target: str) -> Callable[..., Any]:
     return fn
 
 
-def _check_signature(name: str, fn: Callable[..., Any]) -> None:
+def _check_signature(name: str, fn: Callable[..., Any], calling: str) -> None:
     """Called at start-up so a wrong signature fails before any model loads."""
     try:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
         return  # builtins without an introspectable signature: trust them
+    if calling == "trl":  # called by keyword: it must take completions, prompts or **kwargs
+        if not {"prompts", "completions"} & {p.name for p in params} and all(
+            p.kind is not p.VAR_KEYWORD for p in params
+        ):
+            raise GrpoError(
+                f"reward '{name}': takes neither prompts nor completions; the signatures that work: {SIGNATURES}"
+            )
+        return
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if len(positional) < 2 and not any(p.kind is p.VAR_POSITIONAL for p in params):
-        raise GrpoError(f"reward '{name}': must accept (prompts, completions, **columns)")
+        raise GrpoError(
+            f"reward '{name}': cannot be called with (prompts, completions); the signatures that work: {SIGNATURES}"
+        )
 
 
 def _check_picklable(name: str, fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
@@ -118,8 +139,9 @@ def check_columns(sources: list[RewardSource], columns: list[str]) -> None:
     `**kwargs` and no parameter of that name), would fail every batch: refuse it now, binding its
     signature to exactly what the executor passes (the data's columns, `completion_lengths`, its
     `kwargs`)."""
-    passed_columns = [*columns, COMPLETION_LENGTHS]  # token counts reach every reward, as a column
     for source in sources:
+        # token counts reach every reward, as a column; token ids only a function that names them
+        passed_columns = [*columns, COMPLETION_LENGTHS, *([COMPLETION_IDS] if names_completion_ids(source.fn) else [])]
         missing = [c for c in required_columns(source.fn) if c not in passed_columns and c not in source.kwargs]
         if missing:
             raise GrpoError(
@@ -163,6 +185,10 @@ def _validate(specs: list[RewardFunctionConfig]) -> None:
             )
         if spec.ema_momentum is not None and not 0 <= spec.ema_momentum < 1:
             raise GrpoError(f"reward '{spec.name}': ema_momentum {spec.ema_momentum} must be in [0, 1)")
+        if spec.calling not in CALLING_CONVENTIONS:
+            raise GrpoError(
+                f"reward '{spec.name}': calling '{spec.calling}' is not one of {', '.join(CALLING_CONVENTIONS)}"
+            )
         if spec.on_row_error not in ON_ROW_ERROR:
             raise GrpoError(
                 f"reward '{spec.name}': on_row_error '{spec.on_row_error}' is not one of {', '.join(ON_ROW_ERROR)}"
@@ -172,11 +198,18 @@ def _validate(specs: list[RewardFunctionConfig]) -> None:
 
 
 def resolve_reward_sources(
-    specs: list[RewardFunctionConfig], device: str = "auto", sandbox: SandboxConfig | None = None
+    specs: list[RewardFunctionConfig],
+    device: str = "auto",
+    sandbox: SandboxConfig | None = None,
+    chat: bool = False,
+    trainer_state: TrainerState | None = None,
 ) -> list[RewardSource]:
     """Resolve `reward.functions` into sources.
 
     `device` is where reward models go when a spec names none (the trainer passes the policy's).
+    A function called TRL's way (`calling_convention`) gets its prompts and completions as messages
+    when `chat` (data.chat: TRL's conversational data) and `trainer_state`, which the trainer
+    moves on each step (None: a fresh TrainerState, step 0, as for `grpo score`).
     `normalize` unset (None) means `zscore` for reward models (unbounded logits) and `none` otherwise.
     `sandbox` (the `sandbox.*` section) gives keyword defaults to functions that run code: those
     with a true `takes_sandbox_settings` attribute; a spec's own `kwargs` win.
@@ -194,7 +227,10 @@ def resolve_reward_sources(
             parallel = False  # a model stays in the process that loaded it (and owns the GPU)
         else:
             fn = _import_target(spec.target)
-            _check_signature(spec.name, fn)
+            calling = calling_convention(fn, spec.calling)
+            _check_signature(spec.name, fn, calling)
+            if calling == "trl":
+                fn = TrlStyleReward(fn, chat, trainer_state)
             if getattr(fn, "takes_sandbox_settings", False):
                 kwargs = {**(dataclasses.asdict(sandbox) if sandbox is not None else {}), **kwargs}
             default_normalize = "none"
@@ -215,6 +251,14 @@ def resolve_reward_sources(
             )
         )
     return sources
+
+
+def names_completion_ids(fn: Callable[..., Any]) -> bool:
+    """Whether `fn` has a parameter named `completion_ids` (a TRL-style function always has)."""
+    try:
+        return COMPLETION_IDS in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def uses_completion_lengths(sources: list[RewardSource]) -> list[str]:

@@ -125,6 +125,8 @@ def select_scores(scores: dict[str, BatchScores], rows: list[int]) -> dict[str, 
             {where[row]: error for row, error in s.row_errors.items() if row in where},
             {column: [where[row] for row in missing if row in where] for column, missing in s.missing.items()},
             s.non_numeric,
+            s.logged,
+            {column: [values[row] for row in rows] for column, values in s.extra.items()},
         )
         for name, s in scores.items()
     }

@@ -44,6 +44,7 @@ def step_metrics(
         # which completions of the trained batch (the completion log's rows: row = prompt·G + k) each
         # function could not score, for tracing a failure
         **{f"reward/{name}/nan_indices": indices for name, indices in fusion.nan_indices.items()},
+        **{f"reward/{name}": value for name, value in generated.logged.items()},  # a TRL function's log_metric
         **{f"weight/{name}": weight for name, weight in fusion.effective_weights.items()},
         **{f"weight_effect/{name}": share for name, share in fusion.weight_effect.items()},
         "reward/masked_functions": len(fusion.masked),
@@ -106,6 +107,7 @@ def step_samples(
             "advantage": advantages[i],
             **({"messages": rollout.messages[i]} if rollout.messages is not None else {}),
             **({"env_error": rollout.env_columns["env_error"][i]} if rollout.env_columns else {}),
+            **({"logged": {column: values[i] for column, values in fusion.extra.items()}} if fusion.extra else {}),
         }
         for i in range(min(len(fusion.fused), limit))
     ]

@@ -127,7 +127,8 @@ def score_rows(
 ) -> dict[str, BatchScores]:
     """Every reward function's raw scores for a rollout (`score_batch`), before any fusion. A
     multi-turn rollout adds the environment's columns, and its failed rows score None everywhere."""
-    batch = RewardBatch.from_groups(examples, rollout.texts, rollout.lengths.tolist(), rollout.group_size)
+    lengths, ids = rollout.lengths.tolist(), rollout.token_lists()
+    batch = RewardBatch.from_groups(examples, rollout.texts, lengths, rollout.group_size, completion_ids=ids)
     combine = with_environment_columns(batch, rollout.env_columns or {}, combine)
     return score_batch(executor, fusion, batch, combine)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from transformers import TrainerState
 
 from grpo_cli.config.schema import TrainConfig
 from grpo_cli.config.train_checks import validate
@@ -90,7 +91,11 @@ class GRPOTrainer:
         self.device = self.world.device if self.world.size > 1 else pick_device(cfg.train.device)
         set_cpu_threads(cfg.train.threads, cfg.model.kind, self.device)
         # Reward functions resolve first: a wrong import path fails before any model loads.
-        self.reward_sources = resolve_reward_sources(cfg.reward.functions, cfg.train.device, cfg.sandbox)
+        # what a TRL-style reward reads as trainer_state (transformers' class, TRL's), moved on in step()
+        self.trainer_state = TrainerState(max_steps=cfg.train.steps, logging_steps=cfg.monitor.print_every)
+        self.reward_sources = resolve_reward_sources(
+            cfg.reward.functions, cfg.train.device, cfg.sandbox, cfg.data.chat, self.trainer_state
+        )
         self.success = SuccessRule.resolve([s.name for s in self.reward_sources], cfg.eval)  # a typo fails here
         self.curriculum = RewardCurriculum(cfg.curriculum, cfg.reward.functions, cfg.train.steps)
         train_examples, eval_examples = split_examples(load_examples(cfg.data), cfg.data.eval_fraction, cfg.data.seed)
@@ -175,6 +180,8 @@ class GRPOTrainer:
         if world.size > 1:
             torch.manual_seed(world.sampling_seed(cfg.train.seed, self.step_index))
         self.generator.set_step_seed(world.sampling_seed(cfg.train.seed, self.step_index))  # vLLM: per request
+        self.trainer_state.global_step = self.step_index  # optimizer steps taken, as TRL's rewards see it
+        self.trainer_state.epoch = self.step_index * cfg.train.prompts_per_step / len(self.train_examples)
         self.report_stage("sampling", 0, 0)  # the fast loop then counts its tokens (Generator.on_token)
         if self.refill is not None:  # algo.dynamic_sampling: rounds until the groups carry a signal
             return self.train_on(self.refill.fill(self.curriculum.weights(self.step_index)), t0)

@@ -1,0 +1,123 @@
+"""A reward function written for TRL's GRPOTrainer runs unchanged (issue 38 item 0): TRL calls it by
+keyword with prompts, completions (messages for chat data), completion_ids, trainer_state,
+log_extra, log_metric and the data's columns; ours keep (prompts, completions, **columns)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from grpo_cli.config.schema import RewardFunctionConfig, TrainConfig
+from grpo_cli.errors import GrpoError
+from grpo_cli.rewards import RewardExecutor, resolve_reward_sources
+from grpo_cli.rewards.trl_style import calling_convention
+from grpo_cli.training import GRPOTrainer
+from tests.conftest import Recorder, read_metrics, run_grpo
+from tests.rewards import trl_functions
+
+TARGET = "tests.rewards.trl_functions:"
+
+
+def train(tmp_path: Path, functions: list[RewardFunctionConfig], steps: int = 2, chat: bool = False) -> Recorder:
+    """The trainer as `grpo train` runs it, with an observer keeping each step's result."""
+    cfg = TrainConfig()
+    cfg.reward.functions = functions
+    cfg.train.steps, cfg.train.prompts_per_step, cfg.rollout.num_generations = steps, 2, 2
+    cfg.data.chat = chat
+    cfg.monitor.plots = False
+    recorder = Recorder()
+    trainer = GRPOTrainer(cfg, tmp_path, [recorder])
+    trainer.setup()
+    trainer.train()
+    trainer.cleanup()
+    return recorder
+
+
+def test_trls_signatures_train_unchanged_with_the_sampled_ids_and_the_trainer_state(tmp_path: Path) -> None:
+    trl_functions.SEEN.clear()
+    functions = [
+        RewardFunctionConfig(name="longer", target=TARGET + "longer_is_better"),
+        RewardFunctionConfig(name="shorter", target=TARGET + "shorter_in_tokens"),
+    ]
+    results = train(tmp_path, functions).results
+    metrics = [result.metrics for result in results]
+    shorter = [seen for seen in trl_functions.SEEN if seen["fn"] == "shorter_in_tokens"]
+    assert [seen["step"] for seen in shorter] == [0, 1]  # trainer_state.global_step: optimizer steps taken
+    assert all(seen["trainer_state"].max_steps == 2 for seen in shorter)
+    for seen, row in zip(shorter, metrics):
+        # the sampled token ids: as many as the lengths every reward reads, their mean the step's
+        assert [len(ids) for ids in seen["ids"]] == seen["completion_lengths"]
+        assert row["reward/shorter/mean"] == pytest.approx(-row["completion_len/mean"])
+        assert row["reward/shorter/mean_ids"] == pytest.approx(row["completion_len/mean"])  # log_metric
+        assert seen["answer"] and len(seen["answer"]) == len(seen["ids"])  # the data's columns, by name
+    longer = [seen for seen in trl_functions.SEEN if seen["fn"] == "longer_is_better"]
+    assert all(isinstance(c, str) for seen in longer for c in seen["completions"])  # text data: texts
+    first = results[0].samples[0]  # a row of completions/step_000001.jsonl
+    assert first["logged"] == {"shorter/ids_seen": len(shorter[0]["ids"][0])}  # log_extra: a column of the log
+
+
+def test_chat_data_hands_prompts_and_completions_as_messages(tmp_path: Path) -> None:
+    trl_functions.SEEN.clear()
+    results = train(
+        tmp_path, [RewardFunctionConfig(name="longer", target=TARGET + "longer_is_better")], 1, True
+    ).results
+    seen = trl_functions.SEEN[0]
+    assert all(p[-1]["role"] == "user" for p in seen["prompts"])
+    assert all(c == [{"role": "assistant", "content": c[0]["content"]}] for c in seen["completions"])
+    assert seen["completions"][0][0]["content"] == results[0].samples[0]["completion"]
+
+
+def test_a_trl_function_scores_in_a_worker_process_and_its_log_metric_comes_back() -> None:
+    spec = RewardFunctionConfig(name="has_answer", target=TARGET + "answer_in_completion", parallel=True)
+    sources = resolve_reward_sources([spec])
+    with RewardExecutor(num_workers=1) as executor:
+        scores = executor.run(sources, ["1+1="] * 2, ["it is 2", "3"], {"answer": ["2", "2"]})["has_answer"]
+    assert scores.error is None, scores.error
+    assert scores.values == [1.0, 0.0] and scores.logged == {"rows": [2.0]}
+
+
+def test_which_convention_a_signature_asks_for_and_what_calling_forces() -> None:
+    def ours(prompts, completions, **columns): ...
+
+    def ids_by_keyword(prompts, completions, completion_ids=None, **kwargs): ...
+
+    assert calling_convention(trl_functions.longer_is_better) == "trl"
+    assert calling_convention(trl_functions.shorter_in_tokens) == "trl"
+    assert calling_convention(ours) == "grpo" and calling_convention(ours, "trl") == "trl"
+    assert calling_convention(ids_by_keyword) == "trl" and calling_convention(ids_by_keyword, "grpo") == "grpo"
+
+
+def test_a_signature_neither_convention_takes_is_refused_naming_those_that_work() -> None:
+    with pytest.raises(
+        GrpoError, match=r"reward 'x'.*f\(prompts, completions, \*\*columns\).*f\(completions, \*\*kwargs\)"
+    ):
+        resolve_reward_sources([RewardFunctionConfig(name="x", target=TARGET + "no_completions")])
+    with pytest.raises(GrpoError, match=r"calling 'trll' is not one of auto, grpo, trl"):
+        resolve_reward_sources([RewardFunctionConfig(name="x", target=TARGET + "longer_is_better", calling="trll")])
+
+
+def test_a_reward_file_from_trls_docs_trains_from_the_command_line(tmp_path: Path) -> None:
+    """As a TRL user brings one: a file beside them, named by module:function."""
+    (tmp_path / "my_rewards.py").write_text(
+        textwrap.dedent(
+            """
+            def reward_len(completions, **kwargs):
+                return [-abs(20 - len(completion)) for completion in completions]
+
+            def reward_short_ids(prompts, completions, completion_ids, **kwargs):
+                return [-len(ids) / 10 for ids in completion_ids]
+            """
+        )
+    )
+    run_dir = tmp_path / "run"
+    functions = "[{name: len, target: 'my_rewards:reward_len'}, {name: ids, target: 'my_rewards:reward_short_ids'}]"
+    proc = run_grpo(
+        "train", f"reward.functions={functions}", "train.steps=2", "train.prompts_per_step=2",
+        "rollout.num_generations=2", "monitor.plots=false", f"hydra.run.dir={run_dir}", cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for row in read_metrics(run_dir):
+        assert row["reward/ids/mean"] == pytest.approx(-row["completion_len/mean"] / 10)
+        assert row["reward/len/mean"] <= 0 and row["reward/len/nan_frac"] == 0.0
