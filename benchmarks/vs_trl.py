@@ -351,6 +351,14 @@ def _number(value: Any) -> float | None:
 
 
 def trl_config(spec: RunSpec) -> Any:
+    from trl import GRPOConfig
+
+    return GRPOConfig(**trl_kwargs(spec))
+
+
+def trl_kwargs(spec: RunSpec) -> dict[str, Any]:
+    """GRPOConfig's keyword arguments for the run: what a TRL user's config file would hold
+    (tests/config/test_trl_config.py reads them through `grpo train trl_config=FILE`)."""
     import dataclasses
 
     from trl import GRPOConfig
@@ -396,7 +404,7 @@ def trl_config(spec: RunSpec) -> Any:
         kwargs["generation_kwargs"] = {"min_new_tokens": w.max_new_tokens}
     if spec.trl_bias_correction_kl is not None:
         kwargs["use_bias_correction_kl"] = spec.trl_bias_correction_kl
-    return GRPOConfig(**kwargs)
+    return kwargs
 
 
 def trl_reward_functions(workload: Workload) -> list[Any]:

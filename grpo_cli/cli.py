@@ -63,6 +63,10 @@ def main(argv: list[str] | None = None) -> None:
 
         report_user_errors(follow_main_process)  # the main process composes; this one trains its share
         return
+    if name == "train":  # a TRL GRPOConfig file becomes overrides before anything checks them
+        from grpo_cli.commands.trl_config import expand_trl_config
+
+        rest = report_user_errors(lambda: expand_trl_config(rest))
     report_user_errors(lambda: check_overrides(rest, sub.schema))
     if sub.locks_run_dir and (run_dir := explicit_run_dir(rest)) is not None:
         report_user_errors(lambda: lock_run_dir(run_dir))  # before Hydra writes .hydra/ and the log into it

@@ -91,6 +91,46 @@ def set_cpu_threads(threads: int, model_kind: str, device: torch.device) -> None
         torch.set_num_threads(1)
 
 
+def empty_device_cache(device: torch.device) -> None:
+    """Give the memory the device's caching allocator holds unused back to the device
+    (train.empty_cache_every, the end of a run): `torch.<type>.empty_cache` for CUDA, XPU, MPS and
+    the like, on `device`'s own index (torch.cuda's acts on the current device, which a data-parallel
+    worker's need not be). A CPU has no such cache: nothing to do."""
+    backend = getattr(torch, device.type, None)
+    empty = getattr(backend, "empty_cache", None)
+    if not callable(empty):
+        return
+    select = getattr(backend, "device", None)  # torch.cuda.device / torch.xpu.device: a context manager
+    if device.index is not None and callable(select):
+        with select(device.index):
+            empty()
+    else:
+        empty()
+
+
+DROPOUTS = (
+    torch.nn.Dropout,
+    torch.nn.Dropout1d,
+    torch.nn.Dropout2d,
+    torch.nn.Dropout3d,
+    torch.nn.AlphaDropout,
+    torch.nn.FeatureAlphaDropout,
+)
+
+
+def disable_dropout(model: torch.nn.Module) -> None:
+    """Every dropout of `model` at p = 0 (model.disable_dropout): the dropout modules (GPT-2's,
+    LoRA's adapters'), and the rates attention layers keep as plain numbers and hand to the attention
+    kernel in train mode (Llama's and Qwen's `attention_dropout`), which a walk for dropout modules
+    alone, TRL's, misses. The model's config keeps its values, so an exported model is unchanged."""
+    for module in model.modules():
+        if isinstance(module, DROPOUTS):
+            module.p = 0.0
+        for name, value in list(vars(module).items()):
+            if "dropout" in name and isinstance(value, (int, float)) and not isinstance(value, bool) and value:
+                setattr(module, name, 0.0)
+
+
 def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
     """Byte-level: every UTF-8 string encodes, one token per byte, so any data set composes."""
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
@@ -283,7 +323,8 @@ def fp32_lm_head(model: Any) -> None:
 
 
 def _ready(model: Any, tokenizer: PreTrainedTokenizerBase, cfg: ModelConfig, device: torch.device) -> Any:
-    """On the device, in train mode, padding known to generate()."""
+    """On the device, in train mode (without dropout unless model.disable_dropout=false), padding
+    known to generate()."""
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     if cfg.lm_head_fp32:
@@ -291,6 +332,8 @@ def _ready(model: Any, tokenizer: PreTrainedTokenizerBase, cfg: ModelConfig, dev
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
         model.config.use_cache = False
+    if cfg.disable_dropout:  # the frozen reference is a copy of this, or runs in eval mode when reloaded
+        disable_dropout(model)
     model.to(device)
     model.train()
     return model

@@ -14,6 +14,54 @@ from grpo_cli.config.group_keys import check_group_keys
 from grpo_cli.config.schema import DataConfig, ModelConfig, RolloutConfig
 from grpo_cli.errors import GrpoError
 
+# rollout.generation_kwargs keys (transformers' and vLLM's names) that a rollout.* key or the loop
+# itself sets: given twice, one value would silently lose (TRL lets generation_kwargs win)
+_EOS = "the model's EOS ids (a completion ends at an EOS token: the masks and the truncation flags read it)"
+_LOOP = "the rollout loop (it reads the sampled ids, and vLLM's log-prob of each, itself)"
+GENERATION_KWARGS_OWNED = {
+    "temperature": "rollout.temperature",
+    "top_p": "rollout.top_p",
+    "top_k": "rollout.top_k",
+    "min_p": "rollout.min_p",
+    "repetition_penalty": "rollout.repetition_penalty",
+    "max_new_tokens": "rollout.max_new_tokens",
+    "max_tokens": "rollout.max_new_tokens",
+    "max_length": "rollout.max_new_tokens",
+    "min_new_tokens": "rollout.min_new_tokens",
+    "min_tokens": "rollout.min_new_tokens",
+    "min_length": "rollout.min_new_tokens",
+    "num_return_sequences": "rollout.num_generations",
+    "n": "rollout.num_generations",
+    "do_sample": "the command (sampled groups; greedy for the greedy/* and eval/* answers)",
+    "seed": "the run's seed (train.seed; seed= for grpo rollout and eval), which seeds every draw",
+    "eos_token_id": _EOS,
+    "stop_token_ids": _EOS,
+    "ignore_eos": _EOS,
+    "stop": _EOS,
+    "stop_strings": _EOS,
+    "pad_token_id": "the tokenizer's pad token",
+    "logprobs": _LOOP,
+    "detokenize": _LOOP,
+    "return_dict_in_generate": _LOOP,
+    "output_scores": _LOOP,
+    "output_logits": _LOOP,
+}
+# apply_chat_template's own arguments, which the prompt encoder sets (env.* offers the tools)
+CHAT_TEMPLATE_OWNED = (
+    "conversation",
+    "tools",
+    "tokenize",
+    "add_generation_prompt",
+    "continue_final_message",
+    "return_dict",
+    "return_tensors",
+    "return_assistant_tokens_mask",
+    "padding",
+    "truncation",
+    "max_length",
+    "tokenizer_kwargs",
+)
+
 
 def validate_generation(model: ModelConfig, data: DataConfig, rollout: RolloutConfig) -> None:
     """The checks of every command that samples from a model on a data set (train, rollout)."""
@@ -30,6 +78,8 @@ def validate_generation(model: ModelConfig, data: DataConfig, rollout: RolloutCo
     check_group_keys("model", model)  # e.g. model.path under model=tiny: before the path itself is looked at
     check_group_keys("data", data)
     _check_sampling(rollout)
+    check_generation_kwargs(rollout)
+    _check_chat_template_kwargs(data)
     _check_fractions(data)
     _check_model(model)
     _check_data_file(data)
@@ -50,6 +100,26 @@ def _check_sampling(rollout: RolloutConfig) -> None:
         fail("rollout.top_p", rollout.top_p, "must be in (0, 1]")
     if rollout.top_k < 0:
         fail("rollout.top_k", rollout.top_k, "must be >= 0 (0 disables top-k)")
+    if rollout.min_p is not None and not 0 <= rollout.min_p <= 1:
+        fail("rollout.min_p", rollout.min_p, "must be in [0, 1], or null (off)")
+    if rollout.repetition_penalty <= 0:
+        fail("rollout.repetition_penalty", rollout.repetition_penalty, "must be > 0 (1: off)")
+
+
+def check_generation_kwargs(rollout: RolloutConfig) -> None:
+    """Refuse a rollout.generation_kwargs key that a rollout.* key or the loop sets; every rollout
+    loop calls it too, for a library caller who skipped validate()."""
+    for key, value in rollout.generation_kwargs.items():
+        if key in GENERATION_KWARGS_OWNED:
+            owner = GENERATION_KWARGS_OWNED[key]
+            fix = f"set {owner} instead" if owner.startswith("rollout.") else "leave it out"
+            fail(f"rollout.generation_kwargs.{key}", value, f"set by {owner}: {fix}")
+
+
+def _check_chat_template_kwargs(data: DataConfig) -> None:
+    for key, value in data.chat_template_kwargs.items():
+        if key in CHAT_TEMPLATE_OWNED:
+            fail(f"data.chat_template_kwargs.{key}", value, "an argument the prompt encoder sets itself: leave it out")
 
 
 def _check_fractions(data: DataConfig) -> None:

@@ -60,6 +60,12 @@ class ModelConfig:
     trust_remote_code: bool = False  # run a hub model's own modelling code (transformers' trust_remote_code)
     gradient_checkpointing: bool = False  # recompute activations in backward: less memory, about a third more compute
     lm_head_fp32: bool = False  # the output projection (so the logits) in fp32 in a bf16/fp16 run (ScaleRL)
+    # every dropout of the policy at p = 0, LoRA's adapters included (model.lora.dropout then does nothing);
+    # TRL's disable_dropout. True where TRL's is false: rollouts sample the model in eval mode, without
+    # dropout, and the update scores those tokens in train mode, so with dropout on, the ratio and the KL
+    # (whose reference always runs in eval mode) compare another, randomly thinned policy. Most LLM
+    # checkpoints have no dropout, so nothing changes for them
+    disable_dropout: bool = True
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)
 
@@ -80,6 +86,10 @@ class DataConfig:
     template: str | None = None  # a format string over each row's columns that becomes its prompt
     chat: bool = False  # send each text prompt as one user message, through the tokenizer's chat template
     seed: int = 0  # problem order and the train/eval split
+    # keyword arguments of every chat-template rendering of a prompt and of multi-turn's text between
+    # turns, e.g. {enable_thinking: false} for Qwen3 (TRL's chat_template_kwargs); needs chat prompts
+    # (data.chat=true or lists of messages). The renderer's own (tools, add_generation_prompt, ...) are refused
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -186,7 +196,7 @@ class DynamicSamplingConfig:
     max_draws: int = 4  # generation rounds per step, the first included; then the step trains on what it has (alert)
 
 
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo")  # algo.loss_type
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")  # algo.loss_type
 ROLLOUT_CORRECTIONS = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 
 
@@ -199,6 +209,9 @@ class RolloutCorrectionConfig:
 
     mode: str = "token_truncate"  # ROLLOUT_CORRECTIONS: truncate caps the weight at `cap`; mask drops tokens above it
     cap: float = 2.0  # the weight's upper bound (verl's default; TRL's is 3.0), > 1
+    # the weight's lower bound, in [0, cap) (TRL's vllm_importance_sampling_clip_min): truncate raises a weight
+    # below it to it, mask drops the token (sequence); 0: off (a weight is never below 0), as TRL's None
+    min: float = 0.0
 
 
 @dataclass
@@ -211,10 +224,39 @@ class RefSyncConfig:
 
 
 @dataclass
+class VespoConfig:
+    """`algo.vespo` (loss_type=vespo; VESPO, arXiv:2602.10693; TRL's vespo_*): each sequence's gradient
+    is weighted by phi(w) = exp(lambda)·w^k·exp(-lambda·w), w its importance ratio: 1 on-policy, at its
+    peak at w = k/lambda and falling off on either side, a smooth trust region instead of a hard clip;
+    (k, lambda) per sign of A."""
+
+    k_pos: float = 2.0  # where A >= 0: the power, how fast phi falls towards w = 0 (TRL's vespo_k_pos), >= 0
+    lambda_pos: float = 3.0  # where A >= 0: the decay, how fast phi falls for large w (TRL's vespo_lambda_pos), > 0
+    k_neg: float = 3.0  # where A < 0: the power (TRL's vespo_k_neg), >= 0
+    lambda_neg: float = 2.0  # where A < 0: the decay (TRL's vespo_lambda_neg), > 0
+
+
+@dataclass
+class AdaptiveEntropyConfig:
+    """`algo.adaptive_entropy` (Skywork-OR1, arXiv:2505.22312; TRL's use_adaptive_entropy): the entropy
+    bonus's coefficient starts at algo.entropy_coef and moves by `coef_delta` each optimizer step, up while
+    the step's entropy is at or below `target`, down above it, and applies only at or below the target, so
+    the bonus engages when the policy collapses and stays off otherwise. Its state is in the checkpoint."""
+
+    enabled: bool = False  # true: the coefficient follows the entropy (TRL's use_adaptive_entropy)
+    coef_min: float = 0.0  # the coefficient's floor, >= 0 (TRL's entropy_coef_min)
+    coef_max: float = 1.0  # the coefficient's ceiling, >= coef_min (TRL's entropy_coef_max)
+    coef_delta: float = 0.005  # its move per optimizer step, >= 0 (TRL's entropy_coef_delta)
+    # mean token entropy in nats of the step's kept tokens at or below which the bonus applies (TRL's
+    # entropy_target); language models sit at 2-10 nats early on, so set it near the `entropy` you observe
+    target: float = 0.2
+
+
+@dataclass
 class AlgoConfig:
     """conf/algo/grpo.yaml, the default preset."""
 
-    loss_type: str = "grpo"  # LOSS_TYPES: how token losses are averaged; cispo and sapo also change the token loss
+    loss_type: str = "grpo"  # LOSS_TYPES: how token losses are averaged; cispo, sapo, vespo: the token loss too
     scale_rewards: str = "group"  # group | batch | none
     epsilon_low: float = 0.2  # ratio clipped below at 1 - epsilon_low
     epsilon_high: float = 0.2  # ratio clipped above at 1 + epsilon_high (DAPO's clip-higher: 0.28)
@@ -233,8 +275,13 @@ class AlgoConfig:
     top_entropy_quantile: float = 1.0  # only tokens above this entropy quantile carry gradient (80/20 rule); 1: all
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
     ref_sync: RefSyncConfig = field(default_factory=RefSyncConfig)
+    # DeepSeek-V3.2's off-policy sequence mask (TRL's off_policy_mask_threshold): a negative-advantage sequence
+    # whose mean log(pi_behaviour / pi) per token exceeds it leaves the policy term; null: off (TRL's None), else >= 0
+    off_policy_mask_threshold: float | None = None
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
     adaptive_clip: AdaptiveClipConfig = field(default_factory=AdaptiveClipConfig)
+    vespo: VespoConfig = field(default_factory=VespoConfig)
+    adaptive_entropy: AdaptiveEntropyConfig = field(default_factory=AdaptiveEntropyConfig)
 
 
 ROLLOUT_LOOPS = ("auto", "fast", "generate")  # rollout.loop
@@ -266,6 +313,18 @@ class RolloutConfig:
     temperature: float = 1.0  # sampling temperature (> 0); log-probs use the same temperature
     top_p: float = 1.0  # nucleus sampling mass in (0, 1]; 1 disables
     top_k: int = 0  # keep the k most likely tokens; 0 disables
+    # keep the tokens whose probability (after temperature) is at least min_p times the top token's, in
+    # [0, 1]; None: off (TRL's min_p)
+    min_p: float | None = None
+    # a token already in the prompt or the completion gets its logit divided by this when positive,
+    # multiplied when negative; > 0, 1: off (TRL's repetition_penalty). Greedy eval applies it too, as
+    # generate does; the log-probs the loss reads are the model's own, unpenalised (as TRL's)
+    repetition_penalty: float = 1.0
+    # more options of the sampling call (TRL's generation_kwargs): transformers' GenerationConfig fields
+    # with backend=hf (the fast loop has none, so rollout.loop=auto runs generate and loop=fast refuses),
+    # vLLM's SamplingParams fields with backend=vllm. A key a rollout.* key sets (temperature, top_p,
+    # max_new_tokens, n, ...) is refused: TRL lets this dict override it, leaving two values for one setting
+    generation_kwargs: dict[str, Any] = field(default_factory=dict)
     vllm: VllmConfig = field(default_factory=VllmConfig)
 
 
@@ -319,6 +378,10 @@ class TrainLoopConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     threads: int = 0  # torch CPU threads, >= 0; 0: auto (1 for the tiny model on CPU, else torch's)
     layout: str = "auto"  # training passes: packed (each prompt once, no padding) | padded | auto (cheaper one)
+    # give the device's cached, unused memory back to it (torch.cuda.empty_cache) after every N-th step,
+    # >= 0; 0: never (TRL's torch_empty_cache_steps=None). Re-allocating costs time: for fragmentation, or
+    # a colocated engine short of memory; a CPU has no such cache
+    empty_cache_every: int = 0
 
 
 @dataclass

@@ -21,6 +21,7 @@ def apply_smoke(cfg: TrainConfig) -> None:
         tiny=model.tiny if model.kind == "tiny" else ModelConfig().tiny,  # a tiny recipe's own size
         gradient_checkpointing=model.gradient_checkpointing,
         lm_head_fp32=model.lm_head_fp32,
+        disable_dropout=model.disable_dropout,
         lora=model.lora,
     )
     cfg.precision = PrecisionConfig()

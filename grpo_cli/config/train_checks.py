@@ -95,7 +95,7 @@ def _check_counts(cfg: TrainConfig) -> None:
         }
     )
     # every N steps, 0 for never: a negative N would be a step count modulo -N, i.e. every step
-    for key in ("save_every", "eval_every"):
+    for key in ("save_every", "eval_every", "empty_cache_every"):
         if getattr(cfg.train, key) < 0:
             fail(f"train.{key}", getattr(cfg.train, key), "must be >= 0 (every N steps; 0: never)")
     if cfg.train.threads < 0:
@@ -166,7 +166,7 @@ def _check_variants(algo: AlgoConfig) -> None:
     for key in ("sapo_temperature_pos", "sapo_temperature_neg"):
         if getattr(algo, key) <= 0:
             fail(f"algo.{key}", getattr(algo, key), "must be > 0 (the sigmoid gate's temperature)")
-    if algo.loss_type in ("cispo", "sapo"):
+    if algo.loss_type in ("cispo", "sapo", "vespo"):
         for key in ("delta", "clip_ratio_c"):
             if getattr(algo, key):
                 why = f"bounds the clipped surrogate, which loss_type={algo.loss_type} has not"
@@ -199,6 +199,61 @@ def _check_variants(algo: AlgoConfig) -> None:
         fail("algo.dynamic_sampling.max_draws", algo.dynamic_sampling.max_draws, "must be >= 1 (the first draw)")
     if algo.rollout_correction.cap <= 1:
         fail("algo.rollout_correction.cap", algo.rollout_correction.cap, "must be > 1 (the weight's upper bound)")
+    correction = algo.rollout_correction
+    if not 0 <= correction.min < correction.cap:
+        why = f"must be in [0, algo.rollout_correction.cap={correction.cap}) (the weight's lower bound; 0: off)"
+        fail("algo.rollout_correction.min", correction.min, why)
+    if algo.off_policy_mask_threshold is not None and algo.off_policy_mask_threshold < 0:
+        fail(
+            "algo.off_policy_mask_threshold",
+            algo.off_policy_mask_threshold,
+            "must be >= 0, in nats per token (DeepSeek-V3.2's delta; TRL suggests 0.5), or null (off): below 0 "
+            "it drops negative-advantage sequences that have not drifted at all",
+        )
+    _check_vespo(algo)
+    _check_adaptive_entropy(algo)
+
+
+def _check_vespo(algo: AlgoConfig) -> None:
+    """algo.vespo: checked even while loss_type is another, so switching to vespo cannot surprise."""
+    for sign in ("pos", "neg"):
+        if getattr(algo.vespo, f"k_{sign}") < 0:
+            fail(f"algo.vespo.k_{sign}", getattr(algo.vespo, f"k_{sign}"), "must be >= 0 (phi's power law below w = 1)")
+        if getattr(algo.vespo, f"lambda_{sign}") <= 0:
+            why = "must be > 0 (phi's exponential decay above w = 1)"
+            fail(f"algo.vespo.lambda_{sign}", getattr(algo.vespo, f"lambda_{sign}"), why)
+    if algo.loss_type != "vespo":
+        return
+    if algo.ratio_level != "token":
+        why = "loss_type=vespo builds its own sequence weight from the token ratios: set algo.ratio_level=token"
+        fail("algo.ratio_level", algo.ratio_level, why)
+    if algo.rollout_correction.mode.startswith("sequence"):
+        fail(
+            "algo.rollout_correction.mode",
+            algo.rollout_correction.mode,
+            "loss_type=vespo takes the token weights into its sequence weight (as TRL): use token_truncate, "
+            "token_mask or none",
+        )
+
+
+def _check_adaptive_entropy(algo: AlgoConfig) -> None:
+    """algo.adaptive_entropy: its bounds checked even while disabled; the start, algo.entropy_coef, when on."""
+    control = algo.adaptive_entropy
+    for key in ("coef_min", "coef_delta"):
+        if getattr(control, key) < 0:
+            fail(f"algo.adaptive_entropy.{key}", getattr(control, key), "must be >= 0")
+    if control.coef_max < control.coef_min:
+        why = f"must be >= algo.adaptive_entropy.coef_min ({control.coef_min})"
+        fail("algo.adaptive_entropy.coef_max", control.coef_max, why)
+    if control.target < 0:
+        fail("algo.adaptive_entropy.target", control.target, "must be >= 0 (a mean token entropy, in nats)")
+    if control.enabled and not control.coef_min <= algo.entropy_coef <= control.coef_max:
+        fail(
+            "algo.entropy_coef",
+            algo.entropy_coef,
+            "is adaptive entropy's starting coefficient: it must be in [algo.adaptive_entropy.coef_min, "
+            f"algo.adaptive_entropy.coef_max] = [{control.coef_min}, {control.coef_max}]",
+        )
 
 
 def _check_ref_sync(cfg: TrainConfig) -> None:
@@ -303,6 +358,12 @@ def _warnings(cfg: TrainConfig) -> list[str]:
         warnings.append(
             f"optim.lr={cfg.optim.lr:g} is the tiny random-init model's default; a pretrained model "
             "(model.kind=hf) usually wants 1e-6 to 1e-5 (the recipes' SmolLM2 runs use 1e-5): set optim.lr"
+        )
+    if cfg.algo.loss_type == "luspo" and cfg.algo.ratio_level != "sequence":
+        warnings.append(
+            "algo.loss_type=luspo sums each sequence's token losses to undo GSPO's length bias: with "
+            f"algo.ratio_level={cfg.algo.ratio_level} it weighs long answers more than any paper does; "
+            "algo=luspo sets ratio_level=sequence"
         )
     clip = cfg.algo.adaptive_clip
     if clip.enabled and not 0.5 <= clip.base / cfg.algo.epsilon_low <= 2:

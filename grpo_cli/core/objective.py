@@ -18,8 +18,11 @@ from grpo_cli.core.loss import (
     high_entropy_mask,
     importance_ratio,
     kl_penalty,
+    off_policy_sequence_mask,
     rollout_correction,
     sapo_loss,
+    vespo_loss,
+    vespo_weight,
 )
 from grpo_cli.core.parallel import Collective, SingleProcess
 
@@ -51,9 +54,10 @@ def token_loss(
     selection: EntropySelection | None = None,
 ) -> TokenLoss:
     """The per-token loss, in TRL's order: the policy term (the clipped surrogate, dual-clipped with
-    clip_ratio_c or its other name delta; or CISPO's or SAPO's by loss_type),
-    kept on the high-entropy tokens only (top_entropy_quantile), weighted by the rollout correction
-    (engine_logps), plus β·KL (times the importance ratio with kl_ratio_correction).
+    clip_ratio_c or its other name delta; or CISPO's, SAPO's or VESPO's by loss_type), without the
+    off-policy negative sequences (off_policy_mask_threshold), kept on the high-entropy tokens only
+    (top_entropy_quantile), weighted by the rollout correction (engine_logps; VESPO takes it into
+    its sequence weight instead), plus β·KL (times the importance ratio with kl_ratio_correction).
 
     `old_logps` are the sampling policy's log-probs (logps.detach() for a single update);
     `entropies` are needed when top_entropy_quantile < 1, and `selection` is the optimizer step's
@@ -62,18 +66,37 @@ def token_loss(
     collective = collective if collective is not None else SingleProcess()
     variants: dict[str, float] = {}
     ratio = importance_ratio(logps, old_logps, mask, algo.ratio_level)
+    weights = None  # the rollout correction's
+    if engine_logps is not None and algo.rollout_correction.mode != "none":
+        correction = algo.rollout_correction
+        weights, capped = rollout_correction(
+            old_logps, engine_logps, mask, correction.mode, correction.cap, correction.min
+        )
+        variants["rollout_correction/weight"] = (weights * mask).sum().item()
+        variants["rollout_correction/capped"] = (capped * mask).sum().item()
     if algo.loss_type == "cispo":
         loss, high = cispo_loss(logps, ratio, advantages, epsilons[1])
         low = torch.zeros_like(high)
     elif algo.loss_type == "sapo":
         loss = sapo_loss(ratio, advantages, algo.sapo_temperature_pos, algo.sapo_temperature_neg)
         low = high = torch.zeros_like(loss, dtype=torch.bool)  # a soft gate clips nothing
+    elif algo.loss_type == "vespo":
+        v = algo.vespo
+        phi = vespo_weight(logps - old_logps, advantages, mask, (v.k_pos, v.lambda_pos, v.k_neg, v.lambda_neg), weights)
+        loss = vespo_loss(logps, phi, advantages)
+        low = high = torch.zeros_like(loss, dtype=torch.bool)  # a smooth weight clips nothing
+        variants["vespo/weight"] = (phi * mask).sum().item()
     else:
         loss, low, high = clipped_surrogate(ratio, advantages, *epsilons)
     cap = algo.clip_ratio_c or algo.delta  # one bound under two names (core.loss.dual_clip); never both
     if cap > 0:
         loss, dual = dual_clip(loss, advantages, cap)
         variants["clip_frac/dual"] = (dual * mask).sum().item()
+    if algo.off_policy_mask_threshold is not None:  # drift measured from the sampler: the engine's when it has one
+        behaviour = engine_logps if engine_logps is not None else old_logps
+        keep = off_policy_sequence_mask(logps, behaviour, advantages, mask, algo.off_policy_mask_threshold)
+        loss = loss * keep
+        variants["off_policy_mask/dropped"] = ((1 - keep) * mask).sum().item()
     tokens = mask
     if algo.top_entropy_quantile < 1:
         if entropies is None:
@@ -85,12 +108,8 @@ def token_loss(
         variants["entropy/selected"] = tokens.sum().item()
     if engine_logps is not None:  # how far the engine's policy is from the trained one (rollout/engine_gap)
         variants["rollout/engine_gap"] = engine_gap_sum(old_logps, engine_logps, mask)
-    if engine_logps is not None and algo.rollout_correction.mode != "none":
-        correction = algo.rollout_correction
-        weights, capped = rollout_correction(old_logps, engine_logps, mask, correction.mode, correction.cap)
+    if weights is not None and algo.loss_type != "vespo":
         loss = loss * weights
-        variants["rollout_correction/weight"] = (weights * mask).sum().item()
-        variants["rollout_correction/capped"] = (capped * mask).sum().item()
     kl = None
     if ref_logps is not None:
         kl = kl_penalty(logps, ref_logps, algo.kl_estimator)

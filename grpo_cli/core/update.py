@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from grpo_cli.config.schema import AlgoConfig
+from grpo_cli.core.entropy import AdaptiveEntropy, entropy_bonus_on
 from grpo_cli.core.logprobs import RolloutRows, rows_logprobs
 from grpo_cli.core.loss import LossNormalizer, aggregate_loss
 from grpo_cli.core.objective import EntropySelection, entropy_bonus, select_high_entropy, token_loss
@@ -128,7 +129,7 @@ class Objective:
     def needs_entropy(self) -> bool:
         """The update pass computes entropies: to report them (it is the only pass that sees the
         sampling policy), or because the loss uses them."""
-        return not self.reuse_old or self.algo.entropy_coef > 0 or self.algo.top_entropy_quantile < 1
+        return not self.reuse_old or entropy_bonus_on(self.algo) or self.algo.top_entropy_quantile < 1
 
 
 @torch.no_grad()
@@ -211,12 +212,15 @@ def micro_step(
     normalizer: LossNormalizer,
     micro_tokens: float,
     selection: EntropySelection | None = None,
+    entropy_coef: float | None = None,
 ) -> MicroSums:
     """Forward and backward on one micro-batch: its share of the step's loss, and its sums.
 
     The per-token loss is `core.objective.token_loss`, aggregated by loss_type, minus the entropy
     bonus (docs/architecture.md §3). `selection`: the step's high-entropy tokens when the step has
     several micro-batches (`step_entropy_selection`); None: this micro-batch is the step.
+    `entropy_coef`: the bonus's coefficient this optimizer step (adaptive entropy's); None:
+    algo.entropy_coef.
     """
     algo, rollout = objective.algo, batch.rollout
     with learner.autocast():
@@ -251,9 +255,14 @@ def micro_step(
         selection=selection,
     )
     loss = aggregate_loss(terms.loss, mask, normalizer, micro_tokens)
-    if algo.entropy_coef > 0:  # the mean over the step's kept tokens: the selected ones, else the loss tokens
+    coef = algo.entropy_coef if entropy_coef is None else entropy_coef
+    if coef > 0:  # the mean over the step's kept tokens: the selected ones, else the loss tokens
         step_tokens = selection.tokens if selection is not None else normalizer.tokens
-        loss = loss - algo.entropy_coef * entropy_bonus(entropies, terms.tokens, step_tokens)
+        loss = loss - coef * entropy_bonus(entropies, terms.tokens, step_tokens)
+    kept = kept_tokens = 0.0
+    if algo.adaptive_entropy.enabled:  # what the controller measures: the bonus's tokens, under these weights
+        kept = (entropies.detach() * terms.tokens).sum().item()
+        kept_tokens = terms.tokens.sum().item()
     shared = loss * learner.collective.size  # DDP averages the processes' gradients; the loss is their sum
     (learner.scaler.scale(shared) if learner.scaler is not None else shared).backward()
     return MicroSums(
@@ -265,6 +274,8 @@ def micro_step(
         entropy=entropy,
         entropy_tokens=entropy_tokens,
         variants=terms.variants,
+        kept_entropy=kept,
+        kept_tokens=kept_tokens,
     )
 
 
@@ -353,6 +364,7 @@ def policy_update(
     epsilons: tuple[float, float] | None = None,
     on_first_step: Callable[[], None] | None = None,
     on_micro_batch: Callable[[int, int], None] | None = None,
+    entropy_control: AdaptiveEntropy | None = None,
 ) -> UpdateStats:
     """Clipped-surrogate (+ β·KL) updates on one rollout batch.
 
@@ -360,7 +372,9 @@ def policy_update(
     replace `algo.epsilon_*` for this batch (adaptive clipping). `on_first_step` runs just before
     the first optimizer step moves the weights (the trainer's point of no return); `on_micro_batch`
     (k, n) before the k-th of its n micro-batch passes. With fp16's scaler an overflowing step is
-    skipped like any non-finite one, and the scaler lowers its scale.
+    skipped like any non-finite one, and the scaler lowers its scale. `entropy_control`: the run's
+    adaptive entropy coefficient (algo.adaptive_entropy), read before each optimizer step and fed
+    its kept tokens' mean entropy after; None: algo.entropy_coef, fixed.
 
     Data-parallel (`learner.collective` over N processes, the model wrapped in
     DistributedDataParallel): each process holds its share of the groups; denominators are summed
@@ -369,6 +383,8 @@ def policy_update(
     sums too, so every process takes the same skip decision and returns the same stats.
     """
     n, g = batch.advantages.size(0), batch.rollout.group_size
+    if algo.adaptive_entropy.enabled and entropy_control is None:
+        raise ValueError("algo.adaptive_entropy is on: pass the run's AdaptiveEntropy, whose state spans the steps")
     totals = UpdateTotals()
     objective = batch_objective(learner, batch, algo, settings, epsilons, totals)
     next_micro_batch = micro_batch_progress(on_micro_batch, n // g, g, algo, settings.grad_accum_steps)
@@ -380,12 +396,17 @@ def policy_update(
                 batch.loss_mask, rows, micro_batches, algo.loss_type, settings.max_new_tokens, learner.collective
             )
             selection = step_entropy_selection(learner, batch, objective, micro_batches)
-            step_loss = 0.0
+            coef = entropy_control.coefficient() if entropy_control is not None else algo.entropy_coef
+            step_loss, kept = 0.0, torch.zeros(2, dtype=torch.float64)
             for micro, tokens in zip(micro_batches, micro_tokens):
                 next_micro_batch()
-                sums = micro_step(learner, batch, objective, micro, normalizer, tokens, selection)
+                sums = micro_step(learner, batch, objective, micro, normalizer, tokens, selection, coef)
                 totals.add(sums)
                 step_loss += sums.loss
+                kept += torch.tensor([sums.kept_entropy, sums.kept_tokens], dtype=torch.float64)
+            if entropy_control is not None and entropy_control.enabled:  # every process's kept tokens
+                entropy, count = learner.collective.sum(kept).tolist()
+                entropy_control.observe(entropy / count if count else math.nan)
             applied = totals.steps
             apply_step(learner, step_loss, settings.max_grad_norm, totals, on_first_step)
             if totals.steps > applied:

@@ -23,7 +23,8 @@ class UpdateStats:
     entropy: float  # mean entropy (nats) over the completions' tokens, under the policy that sampled them
     # the optional terms' figures, each a mean per loss token, present only while its term is on:
     # clip_frac/dual, entropy/selected, rollout_correction/weight, rollout_correction/capped,
-    # rollout/engine_gap (an engine that is not the policy samples: rollout.backend=vllm)
+    # rollout/engine_gap (an engine that is not the policy samples: rollout.backend=vllm),
+    # off_policy_mask/dropped, vespo/weight
     variants: dict[str, float] = field(default_factory=dict)
 
     def metrics(self) -> dict[str, float | int | None]:
@@ -69,6 +70,10 @@ class MicroSums:
     entropy: float  # summed token entropies; 0 when the behaviour pass measured them
     entropy_tokens: float
     variants: dict[str, float] = field(default_factory=dict)  # UpdateStats.variants' names: sums over loss tokens
+    # algo.adaptive_entropy: entropies summed over the bonus's tokens (the kept ones) under the step's
+    # weights, and their count; 0 while it is off
+    kept_entropy: float = 0.0
+    kept_tokens: float = 0.0
 
 
 @dataclass

@@ -55,11 +55,14 @@ def tool_system_text(schemas: list[dict[str, Any]]) -> str:
     )
 
 
-def renders_tools(tokenizer: Any) -> bool:
-    """Whether the tokenizer's chat template shows `tools=` (a template may silently ignore it)."""
+def renders_tools(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> bool:
+    """Whether the tokenizer's chat template shows `tools=` (a template may silently ignore it), as
+    rendered with data.chat_template_kwargs (a template may show tools only in some of its modes)."""
     probe = [{"role": "user", "content": "hi"}]
     schema = [{"type": "function", "function": {"name": "grpo_probe_tool", "parameters": {"type": "object"}}}]
-    rendered = tokenizer.apply_chat_template(probe, tools=schema, tokenize=False, add_generation_prompt=True)
+    rendered = tokenizer.apply_chat_template(
+        probe, tools=schema, tokenize=False, add_generation_prompt=True, **(template_kwargs or {})
+    )
     return "grpo_probe_tool" in rendered
 
 
@@ -72,29 +75,45 @@ def with_tool_description(messages: list[dict[str, Any]], schemas: list[dict[str
 
 
 def render_prompt(
-    tokenizer: Any, messages: list[dict[str, Any]], schemas: list[dict[str, Any]] | None, native: bool
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    schemas: list[dict[str, Any]] | None,
+    native: bool,
+    template_kwargs: dict[str, Any] | None = None,
 ) -> str:
     """A conversational prompt as the model sees it, the tools offered where there are any:
     through `tools=` when the template renders them (`native`, from `renders_tools`), else described
-    in the system message."""
+    in the system message. `template_kwargs` (data.chat_template_kwargs) reach the template as its
+    variables, e.g. Qwen3's enable_thinking."""
+    extra = template_kwargs or {}
     if not schemas:
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **extra)
     if native:
-        return tokenizer.apply_chat_template(messages, tools=schemas, tokenize=False, add_generation_prompt=True)
+        return tokenizer.apply_chat_template(
+            messages, tools=schemas, tokenize=False, add_generation_prompt=True, **extra
+        )
     return tokenizer.apply_chat_template(
-        with_tool_description(messages, schemas), tokenize=False, add_generation_prompt=True
+        with_tool_description(messages, schemas), tokenize=False, add_generation_prompt=True, **extra
     )
 
 
-def observation_text(tokenizer: Any, observation: list[dict[str, Any]], chat: bool, eos_text: str) -> str:
+def observation_text(
+    tokenizer: Any,
+    observation: list[dict[str, Any]],
+    chat: bool,
+    eos_text: str,
+    template_kwargs: dict[str, Any] | None = None,
+) -> str:
     """The text that follows a model turn which ended with its EOS: the end of that turn as the
     template writes it (less the EOS the model sampled), the environment's messages, and the opening
-    of the next assistant turn. Without a chat template (plain prompts): each message's content on
-    lines of its own."""
+    of the next assistant turn, rendered with the prompt's `template_kwargs` (data.chat_template_kwargs)
+    so that a later turn opens as the first did. Without a chat template (plain prompts): each
+    message's content on lines of its own."""
     if not chat:
         return "".join(f"\n{message['content']}\n" for message in observation)
-    base = tokenizer.apply_chat_template(_PROBE, tokenize=False)
-    full = tokenizer.apply_chat_template([*_PROBE, *observation], tokenize=False, add_generation_prompt=True)
+    extra = template_kwargs or {}
+    base = tokenizer.apply_chat_template(_PROBE, tokenize=False, **extra)
+    full = tokenizer.apply_chat_template([*_PROBE, *observation], tokenize=False, add_generation_prompt=True, **extra)
     end = base.find(_PROBE[1]["content"]) + len(_PROBE[1]["content"])
     if not full.startswith(base) or end < len(_PROBE[1]["content"]):
         raise GrpoError(

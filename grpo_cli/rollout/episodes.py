@@ -101,8 +101,10 @@ class EpisodeGenerator:
         env: EnvConfig,
         max_new_tokens: int,
         context: int | None,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ) -> None:
         self.inner, self.tokenizer, self.spec, self.cfg = inner, tokenizer, spec, env
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})  # the prompts' (data.chat_template_kwargs)
         self.max_new_tokens = max_new_tokens
         self.context = context
         self.max_tokens = trajectory_tokens(env, max_new_tokens)
@@ -228,7 +230,7 @@ class EpisodeGenerator:
             return
         messages = [self._cut(m) for m in messages]
         eos_text = self.tokenizer.decode(t.tokens[-1:], skip_special_tokens=False)
-        text = observation_text(self.tokenizer, messages, chat, eos_text)
+        text = observation_text(self.tokenizer, messages, chat, eos_text, self.chat_template_kwargs)
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         if not self._room(t, len(ids)):
             t.truncated = t.done = True  # no room for the answer and a turn: the trajectory ends at the model's turn
@@ -343,7 +345,9 @@ def with_environment(
         return generator, None
     schemas = tool_schemas(spec.tools)
     encoder.offer_tools(schemas)
-    episodes = EpisodeGenerator(generator, tokenizer, spec, env, rollout.max_new_tokens, context)
+    episodes = EpisodeGenerator(
+        generator, tokenizer, spec, env, rollout.max_new_tokens, context, encoder.chat_template_kwargs
+    )
     tools = f", tools: {', '.join(s['function']['name'] for s in schemas)}" if schemas else ""
     line = f"{spec.name} (up to {env.max_turns} model turns, {episodes.max_tokens} tokens after the prompt{tools})"
     return episodes, line

@@ -5,10 +5,12 @@ that already hit EOS until the longest one ends, running its general machinery (
 processors for options we never use) at every token. Here each distinct prompt is prefilled once
 and its KV cache repeated G times; a row that samples EOS leaves the batch (and the cache) at once;
 the loop stops when every row is done. The next-token distribution is the one `generate` samples
-from: the same transformers warpers (temperature, then top-k, then top-p) on float32 logits, then
-softmax, and one draw from it (`sample_categorical`; argmax when greedy).
+from: the same transformers processors in its order on float32 logits (the repetition penalty, then
+min_new_tokens' EOS ban; sampling adds the warpers temperature, top-k, top-p, min-p), then softmax,
+and one draw from it (`sample_categorical`; argmax when greedy).
 
-Models whose cache cannot drop or repeat rows (a static, quantised or encoder-decoder cache) keep
+Models whose cache cannot drop or repeat rows (a static, quantised or encoder-decoder cache), and
+`rollout.generation_kwargs` (generate's other options, none of which this loop has), keep
 `generate`; `rollout.engine.make_generator` picks and says which, and why.
 """
 
@@ -22,6 +24,8 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.generation.logits_process import (
     LogitsProcessorList,
+    MinPLogitsWarper,
+    RepetitionPenaltyLogitsProcessor,
     TemperatureLogitsWarper,
     TopKLogitsWarper,
     TopPLogitsWarper,
@@ -43,7 +47,18 @@ def warpers(cfg: RolloutConfig) -> LogitsProcessorList:
         chain.append(TopKLogitsWarper(cfg.top_k))
     if cfg.top_p < 1.0:
         chain.append(TopPLogitsWarper(cfg.top_p))
+    if cfg.min_p is not None:
+        chain.append(MinPLogitsWarper(cfg.min_p))
     return chain
+
+
+def settings_unsupported(cfg: RolloutConfig) -> str | None:
+    """Why the fast loop cannot sample with these settings, or None. It has `generate`'s processors
+    for the rollout.* keys only; `rollout.generation_kwargs` names any of generate's other options,
+    which it would silently ignore."""
+    if cfg.generation_kwargs:
+        return f"rollout.generation_kwargs ({', '.join(sorted(cfg.generation_kwargs))}) are options of generate"
+    return None
 
 
 def sample_categorical(probs: torch.Tensor) -> torch.Tensor:
@@ -92,10 +107,14 @@ class FastGenerator:
     """Prefill once per prompt, decode only the rows still running (module docstring)."""
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, cfg: RolloutConfig) -> None:
+        reason = settings_unsupported(cfg)
+        if reason is not None:  # a library caller's FastGenerator: make_generator already chose generate
+            raise GrpoError(f"the fast loop cannot sample with {reason}: use rollout.loop=generate")
         self.model = model
         self.tokenizer = tokenizer
         self.max_new_tokens = cfg.max_new_tokens
         self.min_new_tokens = cfg.min_new_tokens
+        self.repetition_penalty = cfg.repetition_penalty
         self.eos_ids = eos_token_ids(model, tokenizer)
         self.warpers = warpers(cfg)
         self.pad_id = tokenizer.pad_token_id
@@ -168,6 +187,7 @@ class FastGenerator:
         cache.batch_repeat_interleave(g)
         logits = out.logits[:, -1].float().repeat_interleave(g, dim=0)
         mask = prompt_mask.repeat_interleave(g, dim=0)
+        seen = Context(prompt_ids.repeat_interleave(g, dim=0), mask) if self.repetition_penalty != 1.0 else None
         next_position = positions[:, -1:].repeat_interleave(g, dim=0) + 1
         rows = logits.size(0)
         tokens = torch.full((rows, self.max_new_tokens), self.pad_id, dtype=prompt_ids.dtype, device=prompt_ids.device)
@@ -175,9 +195,9 @@ class FastGenerator:
         eos = torch.tensor(self.eos_ids, device=prompt_ids.device)
         steps = 0
         for step in range(self.max_new_tokens):
-            scores = logits
+            scores = logits if seen is None else seen.penalised(logits, self.repetition_penalty)
             if step < self.min_new_tokens:  # as generate's MinNewTokensLengthLogitsProcessor
-                scores = logits.index_fill(1, eos, -math.inf)
+                scores = scores.index_fill(1, eos, -math.inf)
             token = self._next_token(scores, greedy, step, running, g)
             tokens[running, step] = token
             steps = step + 1
@@ -186,10 +206,14 @@ class FastGenerator:
             going = ~torch.isin(token, eos)
             if step + 1 == self.max_new_tokens or not going.any():
                 break
+            if seen is not None:
+                seen.append(token)
             if not going.all():  # finished rows leave the batch and the cache
                 keep = going.nonzero().squeeze(1)
                 running, token, mask, next_position = running[keep], token[keep], mask[keep], next_position[keep]
                 cache.batch_select_indices(keep)
+                if seen is not None:
+                    seen.select(keep)
             mask = torch.cat([mask, mask.new_ones(mask.size(0), 1)], dim=1)
             out = self.model(
                 input_ids=token.unsqueeze(1),
@@ -201,3 +225,25 @@ class FastGenerator:
             logits = out.logits[:, -1].float()
             next_position = next_position + 1
         return tokens[:, :steps]
+
+
+class Context:
+    """The running rows' token ids so far (prompt and completion), which the repetition penalty reads.
+
+    The prompt's left padding is no part of the context: `generate` passes each row's padding length
+    as `prompt_ignore_length`, and so does this, with the same processor, so a penalised pad (often an
+    EOS id) never depends on how long the other prompts of the batch were.
+    """
+
+    def __init__(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> None:
+        self.ids = prompt_ids
+        self.padding = (prompt_mask != 0).int().argmax(dim=1)  # as generate computes it
+
+    def penalised(self, logits: torch.Tensor, penalty: float) -> torch.Tensor:
+        return RepetitionPenaltyLogitsProcessor(penalty, prompt_ignore_length=self.padding)(self.ids, logits)
+
+    def append(self, token: torch.Tensor) -> None:
+        self.ids = torch.cat([self.ids, token.unsqueeze(1)], dim=1)
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.ids, self.padding = self.ids[rows], self.padding[rows]

@@ -22,20 +22,30 @@ log = logging.getLogger("grpo")
 
 
 class PromptEncoder:
-    """Conversational prompts go through the chat template; plain strings are used as they are.
-    A prompt over `max_tokens` keeps its last tokens: that is where the question is."""
+    """Conversational prompts go through the chat template, with `chat_template_kwargs`
+    (data.chat_template_kwargs) as its variables; plain strings are used as they are. A prompt over
+    `max_tokens` keeps its last tokens: that is where the question is."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, max_tokens: int, device: torch.device) -> None:
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        max_tokens: int,
+        device: torch.device,
+        chat_template_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         self.tokenizer = tokenizer
         self.max_tokens = max_tokens
         self.device = device
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.tool_schemas: list[dict[str, Any]] | None = None  # an environment's tools, offered to the model
         self.template_renders_tools = False  # whether the chat template shows tools= itself (offer_tools)
 
     def _texts(self, prompts: list[Any]) -> tuple[list[str], bool]:
         conversational = [isinstance(p, list) for p in prompts]
         texts = [
-            render_prompt(self.tokenizer, p, self.tool_schemas, self.template_renders_tools) if conv else p
+            render_prompt(self.tokenizer, p, self.tool_schemas, self.template_renders_tools, self.chat_template_kwargs)
+            if conv
+            else p
             for p, conv in zip(prompts, conversational)
         ]
         return texts, not any(conversational)  # a chat template carries its own special tokens
@@ -43,7 +53,7 @@ class PromptEncoder:
     def offer_tools(self, schemas: list[dict[str, Any]]) -> None:
         """Every conversational prompt offers these tools from now on; the template is probed once."""
         self.tool_schemas = schemas or None
-        self.template_renders_tools = bool(schemas) and renders_tools(self.tokenizer)
+        self.template_renders_tools = bool(schemas) and renders_tools(self.tokenizer, self.chat_template_kwargs)
 
     def token_counts(self, prompts: list[Any]) -> list[int]:
         texts, special = self._texts(prompts)
@@ -112,6 +122,12 @@ def fit_prompts(
                 budget,
             )
     encoder.max_tokens = budget
+    prompts = [ex["prompt"] for examples in splits.values() for ex in examples]
+    if encoder.chat_template_kwargs and prompts and not any(isinstance(p, list) for p in prompts):
+        raise GrpoError(
+            f"data.chat_template_kwargs={encoder.chat_template_kwargs}: no prompt goes through the chat "
+            "template (every one is plain text): set data.chat=true, or give prompts as lists of messages"
+        )
     kept: dict[str, list[dict[str, Any]]] = {}
     long_total = skipped = 0
     for name, examples in splits.items():

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from grpo_cli.config.generation_checks import check_generation_kwargs
 from grpo_cli.config.schema import RolloutConfig
 from grpo_cli.errors import GrpoError
 from grpo_cli.rollout.base import Rollout, TokenProgress, finish_rollout
@@ -77,22 +78,26 @@ def sampling_params_kwargs(
     cfg: RolloutConfig, num_generations: int, eos_ids: list[int], greedy: bool, seed: int | None
 ) -> dict[str, Any]:
     """vLLM `SamplingParams` keywords for our sampling settings, one to one, so the engine samples
-    the distribution the hf backend samples (temperature, then top-k, then top-p on the logits).
+    the distribution the hf backend samples (the repetition penalty, then temperature, top-k, top-p
+    and min-p on the logits), then `rollout.generation_kwargs` (SamplingParams' own names; a key a
+    rollout.* key sets is refused before this, `check_generation_kwargs`).
 
     >>> kw = sampling_params_kwargs(RolloutConfig(top_k=0), 4, [2], greedy=False, seed=None)
     >>> kw["n"], kw["top_k"], kw["stop_token_ids"]
     (4, -1, [2])
     """
-    return {
+    ours = {
         # greedy: vLLM refuses n > 1 at temperature 0; the G argmax completions are one, repeated by the caller
         "n": 1 if greedy else num_generations,
         "temperature": 0.0 if greedy else cfg.temperature,  # vLLM: 0 is argmax (and resets top-p/top-k itself)
         "top_p": 1.0 if greedy else cfg.top_p,  # 1.0: off in both
         "top_k": cfg.top_k if cfg.top_k > 0 and not greedy else -1,  # ours 0 = off; vLLM's off is -1 (0 too since 0.10)
-        "min_p": 0.0,  # the neutral value of every knob we do not have, explicitly: a
-        "repetition_penalty": 1.0,  # model's generation_config must not change the distribution
-        "presence_penalty": 0.0,  # the loss assumes (the hf backend builds its GenerationConfig
-        "frequency_penalty": 0.0,  # from scratch for the same reason)
+        "min_p": 0.0 if greedy or cfg.min_p is None else cfg.min_p,  # ours None = off; vLLM's off is 0
+        "repetition_penalty": cfg.repetition_penalty,  # greedy too, as generate (prompt and output tokens)
+        "presence_penalty": 0.0,  # the neutral value of every knob rollout.* does not have, explicitly: a
+        "frequency_penalty": 0.0,  # model's generation_config must not change the distribution the loss
+        # assumes (the hf backend builds its GenerationConfig from scratch for the same reason);
+        # rollout.generation_kwargs may set them
         "max_tokens": cfg.max_new_tokens,  # a completion stops here (finish_reason "length"): truncated
         "min_tokens": cfg.min_new_tokens,  # stop ids banned before this many tokens, as min_new_tokens
         "stop_token_ids": list(eos_ids),  # every EOS of ours, the generation_config's included
@@ -102,6 +107,7 @@ def sampling_params_kwargs(
         "detokenize": False,  # finish_rollout decodes the ids itself, so texts match the hf backend's
         "skip_special_tokens": True,  # (only read when detokenizing)
     }
+    return {**ours, **cfg.generation_kwargs}
 
 
 def request_seeds(step_seed: int, call: int, prompts: int) -> list[int]:
@@ -309,12 +315,24 @@ class VLLMGenerator:
         # None (grpo rollout, grpo eval) leaves the requests to the engine's own stream
         self.step_seed: int | None = None
         self.calls = 0
-        self.engine = engine if engine is not None else build_engine(model, cfg, max_prompt_tokens)
         self.sampling_params = sampling_params or vllm_sampling_params
+        self._check_sampling_params()  # before the engine: a wrong option fails in seconds, not minutes
+        self.engine = engine if engine is not None else build_engine(model, cfg, max_prompt_tokens)
         if push is None:
             self.shared = SharedWeights()
             push = partial(load_weights_into, self.engine, self.shared)
         self.sync = PolicyWeightSync(model, push)
+
+    def _check_sampling_params(self) -> None:
+        """Build one SamplingParams of these settings, so an option vLLM does not have (or a value it
+        refuses) in rollout.generation_kwargs fails at start-up naming the key, not at the first step."""
+        check_generation_kwargs(self.cfg)
+        try:
+            self.sampling_params(**sampling_params_kwargs(self.cfg, 2, self.eos_ids, greedy=False, seed=0))
+        except (TypeError, ValueError) as err:
+            given = ", ".join(sorted(self.cfg.generation_kwargs))
+            where = f"rollout.generation_kwargs ({given})" if given else "the rollout.* settings"
+            raise GrpoError(f"vLLM's SamplingParams refuses {where}: {err}") from err
 
     def weights_updated(self) -> None:
         self.sync.weights_updated()

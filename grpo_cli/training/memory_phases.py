@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from grpo_cli.config.schema import LoraConfig, TrainConfig
+from grpo_cli.config.schema import ModelConfig, TrainConfig
+from grpo_cli.core.entropy import entropy_bonus_on
 from grpo_cli.core.logprobs import CHUNK_ELEMENTS
 from grpo_cli.core.packing import choose_layout
 from grpo_cli.core.precision import PRECISION_DTYPES, effective_precision, weights_dtype
@@ -25,7 +26,8 @@ from grpo_cli.training.model_shape import ModelShape
 # the difference between a 2-layer and a 1-layer model, within 0.3% of these sums:
 #   full fine-tuning:    6h + 4q + 4i        (q = heads x head dim: 10h + 4i when q = h)
 #   LoRA (frozen base):  2h + 2q + 2kv + 3i  (a frozen Linear keeps no input; kv = KV heads x head dim),
-#                        plus per adapter r (A's output) and, with lora.dropout > 0, 2 x in_features
+#                        plus per adapter r (A's output) and, with lora.dropout > 0 (and
+#                        model.disable_dropout=false, which sets it to 0), 2 x in_features
 #                        (the dropped input and its mask), else h (the shared normed input):
 #                        h=256: 5,184 for 5,190 measured; SmolLM2's shape: 11,968 for 11,979
 #   the model's ends (embedding output, final norm, the lm_head's input): about 3h
@@ -170,7 +172,7 @@ def generation_phase(cfg: TrainConfig, device: torch.device, shape: ModelShape, 
 def _entropy(cfg: TrainConfig) -> bool:
     """core.update.Objective.needs_entropy: the single-pass update reports it; the loss may use it."""
     algo = cfg.algo
-    return _single_pass(cfg) or algo.entropy_coef > 0 or algo.top_entropy_quantile < 1
+    return _single_pass(cfg) or entropy_bonus_on(algo) or algo.top_entropy_quantile < 1
 
 
 def _single_pass(cfg: TrainConfig) -> bool:
@@ -191,7 +193,7 @@ def update_phase(cfg: TrainConfig, shape: ModelShape, w: Worst, parts: list[Part
     )
     lora = cfg.model.lora.enabled
     activations = _activations(worst, shape, cfg, w.cb, w.wb)
-    entropy_grad = cfg.algo.entropy_coef > 0
+    entropy_grad = entropy_bonus_on(cfg.algo)
     logits = max(_logits(worst, w.completion, shape.vocab, w.lb, _entropy(cfg), entropy_grad=entropy_grad))
     gradients = w.trainable * w.tb // shards(cfg)  # fsdp: reduce-scattered into this process's shard
     # backward writes the output layer's gradient first; accumulation keeps the earlier micro-batches'
@@ -210,27 +212,29 @@ def nograd_phase(cfg: TrainConfig, shape: ModelShape, w: Worst) -> Part | None:
         return None
     micro = math.ceil(w.rows / cfg.train.grad_accum_steps)
     nograd = w.forward_pass(0, micro, shape.hidden)
-    layer = _layer_elements(shape, cfg.model.lora, frozen=True) * nograd.tokens * w.cb  # one layer at a time
+    layer = _layer_elements(shape, cfg.model, frozen=True) * nograd.tokens * w.cb  # one layer at a time
     total = _logits(nograd, w.completion, shape.vocab, w.lb, entropy=not _single_pass(cfg))[0] + layer
     return Part("log-prob passes", total, "no-grad passes", _describe(nograd))
 
 
-def _layer_elements(shape: ModelShape, lora: LoraConfig, frozen: bool) -> int:
+def _layer_elements(shape: ModelShape, model: ModelConfig, frozen: bool) -> int:
     """Elements one layer saves for backward per token (the measured coefficients above)."""
+    lora = model.lora
     ch, cq, ckv, ci = FROZEN_LAYER if frozen else FULL_LAYER
     n = ch * shape.hidden + cq * shape.q_dim + ckv * shape.kv_dim + ci * shape.intermediate
     if frozen and lora.enabled:
         adapters = [m for m in shape.lora_targets(lora) if ".layers." in m[0]]
         per_layer = len(adapters) / shape.layers
         inputs = sum(fan_in for _, fan_in, _ in adapters) / shape.layers
-        n += int(per_layer * lora.r + (2 * inputs if lora.dropout > 0 else shape.hidden))
+        dropped = lora.dropout > 0 and not model.disable_dropout  # p = 0 hands the input itself on
+        n += int(per_layer * lora.r + (2 * inputs if dropped else shape.hidden))
     return n
 
 
 def _activations(p: Pass, shape: ModelShape, cfg: TrainConfig, cb: int, wb: int) -> int:
     """Saved activations of one training pass, and its attention mask. Checkpointed, each layer
     keeps its input and backward recomputes one layer at a time."""
-    layer = _layer_elements(shape, cfg.model.lora, frozen=cfg.model.lora.enabled)
+    layer = _layer_elements(shape, cfg.model, frozen=cfg.model.lora.enabled)
     ends = MODEL_ENDS * shape.hidden
     if cfg.model.gradient_checkpointing:
         elements = p.tokens * (shape.layers * shape.hidden + layer + ends)

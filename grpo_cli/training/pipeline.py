@@ -58,7 +58,7 @@ def load_sampling_model(
 ) -> SamplingModel:
     """Load the model and fit the prompts to its context exactly as the trainer does."""
     policy, tokenizer, model_dir = load_policy(model, run_dir, seed, device, dtype)
-    encoder = PromptEncoder(tokenizer, data.max_prompt_tokens, device)
+    encoder = PromptEncoder(tokenizer, data.max_prompt_tokens, device, data.chat_template_kwargs)
     longest = longest_prompt(data.max_prompt_tokens, env, rollout.max_new_tokens)  # sizes vLLM's context
     generator, loop = make_generator(policy, tokenizer, rollout, longest)
     generator, environment = with_environment(

@@ -23,6 +23,7 @@ RESUMABLE_CHANGES = (
     "train.resume_allow_changes",
     "train.device",
     "train.threads",
+    "train.empty_cache_every",
     "monitor.",
     "eval.",
     "guard.",

@@ -19,6 +19,7 @@ from grpo_cli.config.schema import TrainConfig
 from grpo_cli.config.train_checks import validate
 from grpo_cli.core.advantages import group_advantages
 from grpo_cli.core.clip import AdaptiveClip
+from grpo_cli.core.entropy import AdaptiveEntropy
 from grpo_cli.core.loss import completion_loss_mask
 from grpo_cli.core.precision import effective_precision, weights_dtype
 from grpo_cli.core.update import UpdateBatch, policy_update
@@ -26,7 +27,7 @@ from grpo_cli.core.update_stats import UpdateTotals
 from grpo_cli.data import PromptSampler, check_prompts_per_step, load_examples, split_examples
 from grpo_cli.environments import environment_columns, longest_prompt
 from grpo_cli.evaluation import SuccessRule
-from grpo_cli.models import frozen_reference, load_policy, pick_device, set_cpu_threads
+from grpo_cli.models import empty_device_cache, frozen_reference, load_policy, pick_device, set_cpu_threads
 from grpo_cli.monitor import Observer, StepResult
 from grpo_cli.monitor.observer import StageReport, ignore_stage
 from grpo_cli.monitor.resources import peak_memory_mib
@@ -134,10 +135,13 @@ class GRPOTrainer:
             self.model, reference, cfg, precision, self.world, self.device
         )
         self.clip = AdaptiveClip(cfg.algo.adaptive_clip, cfg.algo.epsilon_low, cfg.algo.epsilon_high)
+        self.entropy = AdaptiveEntropy(cfg.algo.adaptive_entropy, cfg.algo.entropy_coef)  # algo.adaptive_entropy
         self.guard = StabilityGuard(cfg.guard)
         self.halt: GuardVerdict | None = None  # a guard's pause or stop, carried out once the step is saved
         self.phase_announced = False  # the first step this process runs names the curriculum phase
         parts = {"rng": RngState(), "sampler": self.sampler, "fusion": self.reward_fusion, "guard": self.guard}
+        if self.entropy.enabled:  # only then: a checkpoint from before it existed resumes as it was
+            parts["entropy"] = self.entropy
         for name, part in {**parts, "clip": self.clip}.items():
             self.state.register(name, part)
         self.alerts = StepAlerts(cfg.monitor, self.success.name, self.state)
@@ -150,7 +154,9 @@ class GRPOTrainer:
         longest = longest_prompt(cfg.data.max_prompt_tokens, cfg.env, cfg.rollout.max_new_tokens)  # vLLM's context
         generator, self.diagnostics["rollout_loop"] = make_generator(self.model, self.tokenizer, cfg.rollout, longest)
         generator.on_token = lambda done, total: self.report_stage(self.sampling_stage, done, total)
-        self.encoder = PromptEncoder(self.tokenizer, cfg.data.max_prompt_tokens, self.device)
+        self.encoder = PromptEncoder(
+            self.tokenizer, cfg.data.max_prompt_tokens, self.device, cfg.data.chat_template_kwargs
+        )
         self.generator, environment = with_environment(
             generator, self.encoder, self.tokenizer, cfg.env, cfg.sandbox, cfg.rollout, context_length(self.model)
         )
@@ -228,6 +234,7 @@ class GRPOTrainer:
                 epsilons=epsilons,
                 on_first_step=self.interrupts.arm,  # from here a Ctrl-C waits for the step's observers
                 on_micro_batch=lambda done, total: self.report_stage("training", done, total),
+                entropy_control=self.entropy,
             )
         else:  # dynamic sampling found no group with a signal: nothing to learn from, the weights stay
             update = UpdateTotals().stats(self.learner.collective, with_kl=self.learner.reference is not None)
@@ -248,6 +255,8 @@ class GRPOTrainer:
         figures = adv_stats, update, rollout, lr, timings, self.diagnostics, peak_memory_mib(self.device)
         metrics = step_metrics(self.step_index, fusion, generated, *figures)
         metrics.update({"clip/epsilon_low": epsilons[0], "clip/epsilon_high": epsilons[1], **scored.metrics})
+        if self.entropy.enabled:  # the coefficient after this step's updates (TRL's entropy_coef)
+            metrics["entropy/coef"] = self.entropy.coef
         metrics.update(self.guard.metrics(raw))
         samples = step_samples(batch, rollout, fusion, advantages.tolist(), 2 * g)
         alerts = scored.alerts + self.alerts.observe(fusion, verdicts, metrics)
@@ -298,6 +307,8 @@ class GRPOTrainer:
                     observer.on_step(result)
                 if cfg.train.save_every and self.step_index % cfg.train.save_every == 0:
                     self.save()
+                if cfg.train.empty_cache_every and self.step_index % cfg.train.empty_cache_every == 0:
+                    empty_device_cache(self.device)  # the step's generation and update blocks, before the next
                 finished = True
             stop = self.interrupts.agreed(self.world)  # data-parallel: every process, at the same point
             if stop is not None:
@@ -333,5 +344,5 @@ class GRPOTrainer:
         for name in ("model", "learner", "generator", "reward_executor", "reward_fusion", "reward_sources"):
             if hasattr(self, name):
                 delattr(self, name)
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        if hasattr(self, "device"):
+            empty_device_cache(self.device)

@@ -92,7 +92,8 @@ def test_a_clean_group_option_from_config_dir_passes(tmp_path: Path) -> None:
         ),
         (
             "algo=dapoo",
-            "invalid value algo='dapoo': must be one of cispo, dapo, dr_grpo, grpo, gspo, sapo; did you mean dapo?",
+            "invalid value algo='dapoo': must be one of cispo, dapo, dr_grpo, grpo, gspo, luspo, sapo, "
+            "trl_defaults, vespo; did you mean dapo?",
         ),
         (
             "reward=nonexistent",

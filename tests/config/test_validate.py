@@ -337,6 +337,34 @@ def test_mini_batches_are_checked_against_each_processs_share(processes: int, mi
         ),
         ({"algo.loss_type": "sapo", "algo.clip_ratio_c": 3.0}, "algo.clip_ratio_c", "which loss_type=sapo has not"),
         ({"algo.sapo_temperature_neg": 0.0}, "algo.sapo_temperature_neg", "must be > 0"),
+        ({"algo.loss_type": "vespo", "algo.delta": 3.0}, "algo.delta", "which loss_type=vespo has not"),
+        ({"algo.loss_type": "vespo", "algo.ratio_level": "sequence"}, "algo.ratio_level", "set algo.ratio_level=token"),
+        (
+            {"algo.loss_type": "vespo", "algo.rollout_correction.mode": "sequence_mask"},
+            "algo.rollout_correction.mode",
+            "use token_truncate, token_mask or none",
+        ),
+        ({"algo.vespo.k_neg": -1.0}, "algo.vespo.k_neg", "must be >= 0"),
+        ({"algo.vespo.lambda_pos": 0.0}, "algo.vespo.lambda_pos", "must be > 0"),
+        (
+            {"algo.rollout_correction.min": 2.0},
+            "algo.rollout_correction.min",
+            "must be in [0, algo.rollout_correction.cap=2.0)",
+        ),
+        ({"algo.rollout_correction.min": -0.1}, "algo.rollout_correction.min", "the weight's lower bound"),
+        ({"algo.off_policy_mask_threshold": -0.5}, "algo.off_policy_mask_threshold", "must be >= 0"),
+        ({"algo.adaptive_entropy.coef_delta": -0.01}, "algo.adaptive_entropy.coef_delta", "must be >= 0"),
+        (
+            {"algo.adaptive_entropy.coef_max": -1.0},
+            "algo.adaptive_entropy.coef_max",
+            "must be >= algo.adaptive_entropy.coef_min",
+        ),
+        ({"algo.adaptive_entropy.target": -1.0}, "algo.adaptive_entropy.target", "in nats"),
+        (
+            {"algo.adaptive_entropy.enabled": True, "algo.entropy_coef": 2.0},
+            "algo.entropy_coef",
+            "adaptive entropy's starting coefficient",
+        ),
     ],
 )
 def test_loss_family_combinations_that_cannot_mean_anything_are_refused(
@@ -351,10 +379,26 @@ def test_loss_family_combinations_that_cannot_mean_anything_are_refused(
 
 @pytest.mark.parametrize(
     "overrides",
-    [{"algo.delta": 3.0}, {"algo.clip_ratio_c": 3.0}, {"algo.loss_type": "cispo", "algo.epsilon_high": 5.0}],
+    [
+        {"algo.delta": 3.0},
+        {"algo.clip_ratio_c": 3.0},
+        {"algo.loss_type": "cispo", "algo.epsilon_high": 5.0},
+        {"algo.loss_type": "luspo", "algo.ratio_level": "sequence"},
+        {"algo.loss_type": "vespo", "algo.rollout_correction.mode": "token_mask"},
+        {"algo.rollout_correction.min": 0.5},
+        {"algo.off_policy_mask_threshold": 0.0},
+        {"algo.adaptive_entropy.enabled": True},  # entropy_coef 0: the coefficient starts at its floor
+        {"algo.entropy_coef": 2.0},  # the adaptive bounds bind only while it is on
+    ],
 )
 def test_each_loss_family_knob_alone_passes(overrides: dict[str, Any]) -> None:
     assert validate(valid_config(**overrides)) == []
+
+
+def test_luspo_at_the_token_level_is_a_warning() -> None:
+    """TRL warns too: LUSPO is a change to GSPO, whose importance ratio is the sequence's."""
+    (warning,) = validate(valid_config(**{"algo.loss_type": "luspo"}))
+    assert "algo.loss_type=luspo" in warning and "algo.ratio_level=token" in warning and "algo=luspo" in warning
 
 
 @pytest.mark.parametrize("validate_command", [validate_eval, validate_rollout])

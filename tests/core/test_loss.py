@@ -44,6 +44,7 @@ WHOLE = {
     "bnpo": 20 / 9,  # sum m*l / sum m
     "dr_grpo": 20 / (3 * 8),  # sum m*l / (B * max_new_tokens)
     "dapo": 20 / 9,  # sum m*l / tokens in the whole batch
+    "luspo": 20 / 3,  # sum m*l / B: each sequence's token sum, averaged over sequences
 }
 
 
@@ -57,14 +58,14 @@ def _norm(loss_type, micro_batches=1):
     )
 
 
-@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo", "luspo"])
 def test_aggregate_whole_batch_matches_formula(loss_type):
     """One micro-batch: each loss_type gives its documented normalisation; masked tokens ignored."""
     got = aggregate_loss(LOSS, MASK, _norm(loss_type)).item()
     assert got == pytest.approx(WHOLE[loss_type], rel=1e-6)
 
 
-@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo"])
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo", "luspo"])
 @pytest.mark.parametrize("splits", [[1, 3], [2, 2], [1, 1, 1, 1], [3, 1]])
 def test_micro_batch_shares_sum_to_whole_batch(loss_type, splits):
     """Gradient accumulation does not change the loss: the per-micro-batch shares sum to it."""

@@ -9,34 +9,44 @@ reference and behaviour log-probs from its own fused LM head; the vLLM importanc
 built as that method builds it). Each case sets the knobs where `_compute_loss` reads them:
 self.loss_type, self.beta, self.args.use_bias_correction_kl, self.top_entropy_quantile,
 self.entropy_coef and self._entropy_bonus_enabled (both set in __init__), self.importance_sampling_level,
-self.epsilon_low and self.epsilon_high, self.args.sapo_temperature_pos and _neg, self.use_vllm and
-self.vllm_importance_sampling_correction (with self.vllm_importance_sampling_mode and ..._clip_max for
-the ratio). Each case's loss or gradient must also differ from TRL's without the case's knob, by ten
-times the tolerance: no case passes because its term vanished.
+self.epsilon_low and self.epsilon_high, self.args.sapo_temperature_pos and _neg, self.args.vespo_k_pos,
+_lambda_pos, _k_neg and _lambda_neg, self.off_policy_mask_threshold, self.use_vllm and
+self.vllm_importance_sampling_correction (with self.vllm_importance_sampling_mode, ..._clip_max and
+..._clip_min for the ratio), self.use_adaptive_entropy with self.args.entropy_coef_min, _max, _delta and
+self.args.entropy_target (and the controller's state, self.entropy_coef and self._last_world_entropy,
+which the adaptive cases set on both sides and compare after the step: the coefficient moved and the
+entropy it measured). Each case's loss or gradient must also differ from TRL's without the case's knob,
+by ten times the tolerance: no case passes because its term vanished.
 
 The rollout's completions end at drawn lengths (the random model almost never samples EOS, and at
 equal lengths the four loss types coincide); its prompts differ in length (left padding). On-policy
 the clip is inactive (ratio 1) and a sequence-level ratio has the token-level gradient unless a term
-weighs tokens apart, so the sequence case runs with the ratio-corrected KL; CISPO's and SAPO's
-gradients are then dapo's and grpo's, their loss values are not. With one micro-batch bnpo and dapo
-divide by the same count.
+weighs tokens apart, so the sequence case runs with the ratio-corrected KL; CISPO's, SAPO's and
+VESPO's gradients are then dapo's and grpo's (VESPO's weight is 1 at ratio 1), their loss values are
+not: VESPO's parameters act on-policy only through the rollout correction's weights, which enter its
+sequence weight. LUSPO sums each sequence's tokens, so its gradient is grpo's reweighted by length.
+The off-policy mask reads the sampler's log-probs, the engine's where the rollout has them
+(inputs["sampling_per_token_logps"], as TRL's vLLM path hands them over). With one micro-batch bnpo
+and dapo divide by the same count.
 
 Off-policy (test_off_policy_loss_and_gradients_equal_trls): the same comparison with old log-probs
 = the policy's + a fixed perturbation, handed to TRL as inputs["old_per_token_logps"] and to ours as
 the stored behaviour log-probs of `micro_step` (what policy_update hands it when the policy moves
 between updates), with `step_normalizer`'s denominators: the importance ratio is far from 1, so
 PPO's clip on both sides, two-sided clipping (delta), CISPO's cap, SAPO's gate away from 1, the
-sequence-level (GSPO) clip and the ratio-weighted KL act. Each case asserts its clip or cap changes
-the objective on some tokens (sequences) and not on all, and that each of its knobs changes TRL's
-gradient.
+sequence-level (GSPO, LUSPO) clip, VESPO's weight away from 1, the off-policy mask (the rollout without
+engine log-probs: the drift from old) and the ratio-weighted KL act. Each case asserts its clip or cap
+changes the objective on some tokens (sequences) and not on all, and that each of its knobs changes
+TRL's gradient.
 
 Left out:
 - dual-clip (algo.clip_ratio_c) and the k1/k2 KL estimators: TRL has no such knob.
-- TRL's knobs ours lacks: vllm_importance_sampling_clip_min (ours has no lower bound; TRL's default,
-  None, here), off_policy_mask_threshold, use_adaptive_entropy, loss types luspo and vespo.
+- adaptive entropy over several optimizer steps, and a step with no kept token (TRL counts its
+  entropy 0, ours leaves the controller alone): one _compute_loss is one step here;
+  tests/core/test_entropy.py runs the controller across steps and through a checkpoint.
 - two-sided clipping (algo.delta, TRL's delta) on-policy: a cap above 1 on a ratio that is 1
   on-policy, so the case could not fail (the off-policy cases have it).
-- rows with no loss token: grpo's and dr_grpo's denominators count only rows in the loss (ours),
+- rows with no loss token: grpo's, dr_grpo's and luspo's denominators count only rows in the loss (ours),
   every row (TRL); every row here has tokens (tests/core/test_update.py covers ours).
 """
 
@@ -55,7 +65,14 @@ import torch
 
 trl = pytest.importorskip("trl", reason="pip install 'grpo-cli[bench]'")
 
-from grpo_cli.config.schema import AlgoConfig, RolloutConfig, RolloutCorrectionConfig  # noqa: E402
+from grpo_cli.config.schema import (  # noqa: E402
+    AdaptiveEntropyConfig,
+    AlgoConfig,
+    RolloutConfig,
+    RolloutCorrectionConfig,
+    VespoConfig,
+)
+from grpo_cli.core.entropy import AdaptiveEntropy  # noqa: E402
 from grpo_cli.core.logprobs import completion_logprobs_and_entropy  # noqa: E402
 from grpo_cli.core.parallel import SingleProcess  # noqa: E402
 from grpo_cli.core.update import (  # noqa: E402
@@ -79,6 +96,8 @@ TEMPERATURE = 0.7  # both divide the logits by it: the sampling distribution's l
 EPSILONS = (0.2, 0.28)
 BETA = 0.04
 CAP = 1.5  # the rollout correction's cap: TRL's vllm_importance_sampling_clip_max
+FLOOR = 0.5  # its lower bound, where a case sets one: TRL's vllm_importance_sampling_clip_min
+OFF_POLICY_THRESHOLD = 0.1  # the off-policy mask's, on-policy (the engine's drift): some sequences dropped, not all
 PROMPTS = ["1+2=", "12+3=", "4+56=", "123+4=", "7+8=", "90+12="]  # different lengths: left padding
 ROWS = len(PROMPTS) * G
 
@@ -96,6 +115,11 @@ class Case:
     without: tuple[tuple[str, object], ...] = ()  # the knob off: TRL's gradient must differ
     epsilon_low: float = EPSILONS[0]
     delta: float = 0.0  # TRL: args.delta (None for 0)
+    rollout_min: float = 0.0  # TRL: vllm_importance_sampling_clip_min (None for 0)
+    off_policy_mask_threshold: float | None = None  # TRL: off_policy_mask_threshold
+    vespo: VespoConfig = dataclasses.field(default_factory=VespoConfig)  # TRL: args.vespo_*
+    adaptive_entropy: AdaptiveEntropyConfig = dataclasses.field(default_factory=AdaptiveEntropyConfig)
+    entropy_state: tuple[float, float] | None = None  # (coefficient, last entropy) both start from; None: fresh
 
     def algo(self) -> AlgoConfig:
         return AlgoConfig(
@@ -109,11 +133,17 @@ class Case:
             entropy_coef=self.entropy_coef,
             top_entropy_quantile=self.top_entropy_quantile,
             delta=self.delta,
-            rollout_correction=RolloutCorrectionConfig(mode=self.rollout_correction, cap=CAP),
+            rollout_correction=RolloutCorrectionConfig(mode=self.rollout_correction, cap=CAP, min=self.rollout_min),
+            off_policy_mask_threshold=self.off_policy_mask_threshold,
+            vespo=self.vespo,
+            adaptive_entropy=self.adaptive_entropy,
         )
 
 
 KL = {"beta": BETA}
+ADAPTIVE = AdaptiveEntropyConfig(enabled=True)  # TRL's defaults: target 0.2 nats, far below the tiny model's
+APPLIED = AdaptiveEntropyConfig(enabled=True, coef_delta=0.02, target=100.0)  # at or below the target: applied
+MOVED = (0.05, 3.0)  # a coefficient moved from entropy_coef, and a last entropy at or below APPLIED's target
 CASES = {
     "grpo": Case(),
     "bnpo": Case("bnpo", without=(("loss_type", "grpo"),)),
@@ -131,6 +161,44 @@ CASES = {
         for mode in ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
     },
     "sequence_ratio": Case(**KL, kl_ratio_correction=True, ratio_level="sequence", without=(("ratio_level", "token"),)),
+    "luspo": Case("luspo", ratio_level="sequence", without=(("loss_type", "grpo"),)),
+    "vespo": Case("vespo", without=(("loss_type", "dapo"),)),
+    **{
+        f"vespo_rollout_{mode}": Case("vespo", rollout_correction=mode, without=(("rollout_correction", "none"),))
+        for mode in ("token_truncate", "token_mask")
+    },
+    "vespo_parameters": Case(
+        "vespo",
+        rollout_correction="token_truncate",
+        vespo=VespoConfig(1.0, 1.5, 4.0, 3.0),
+        without=(("vespo", VespoConfig()),),
+    ),
+    **{
+        f"rollout_{mode}_min": Case(rollout_correction=mode, rollout_min=FLOOR, without=(("rollout_min", 0.0),))
+        for mode in ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+    },
+    "off_policy_mask": Case(
+        off_policy_mask_threshold=OFF_POLICY_THRESHOLD, without=(("off_policy_mask_threshold", None),)
+    ),
+    # fresh: no entropy measured yet, so no bonus, where the static coefficient applies
+    "adaptive_entropy": Case(
+        entropy_coef=0.01, adaptive_entropy=ADAPTIVE, without=(("adaptive_entropy", AdaptiveEntropyConfig()),)
+    ),
+    # moved and applied: the moved coefficient, where the static one is entropy_coef
+    "adaptive_entropy_applied": Case(
+        entropy_coef=0.01,
+        adaptive_entropy=APPLIED,
+        entropy_state=MOVED,
+        without=(("adaptive_entropy", AdaptiveEntropyConfig()),),
+    ),
+    "adaptive_entropy_top_entropy": Case(
+        "dapo",
+        top_entropy_quantile=0.2,
+        entropy_coef=0.01,
+        adaptive_entropy=APPLIED,
+        entropy_state=MOVED,
+        without=(("adaptive_entropy", AdaptiveEntropyConfig()),),
+    ),
     "every_term": Case(
         "dapo",
         **KL,
@@ -249,8 +317,13 @@ def trainer(base_model, reference, tiny_model_dir, tmp_path_factory):
 
 
 def ours(base_model, reference, batch: Rollout, advantages: torch.Tensor, case: Case):
+    """(loss, gradients, the adaptive entropy controller after the step)."""
     model = copy.deepcopy(base_model)
     optimizer = KeepGradient(model.parameters())
+    algo = case.algo()
+    control = AdaptiveEntropy(algo.adaptive_entropy, algo.entropy_coef)
+    if case.entropy_state is not None and control.enabled:
+        control.load_state_dict({"coef": case.entropy_state[0], "last_entropy": case.entropy_state[1]})
     stats = policy_update(
         Learner(
             model,
@@ -259,11 +332,12 @@ def ours(base_model, reference, batch: Rollout, advantages: torch.Tensor, case: 
             reference if case.beta > 0 else None,
         ),
         UpdateBatch(batch, advantages, batch.completion_mask.float()),
-        case.algo(),
+        algo,
         UpdateSettings(TEMPERATURE, NEW, 1, 0.0, "padded"),
+        entropy_control=control,
     )
     assert stats.optimizer_steps == 1
-    return stats.loss, {name: optimizer.grads[id(p)] for name, p in model.named_parameters()}
+    return stats.loss, {name: optimizer.grads[id(p)] for name, p in model.named_parameters()}, control
 
 
 def trl_importance_sampling_ratio(trainer, old_logps, sampling_logps, mask) -> torch.Tensor:
@@ -297,6 +371,17 @@ def test_the_importance_sampling_ratio_is_built_as_trls_source_builds_it() -> No
         assert line in source, line
 
 
+def test_the_off_policy_mask_reads_the_samplers_log_probs_as_trls_source_does() -> None:
+    """trls hands TRL the engine's log-probs as inputs["sampling_per_token_logps"], which its
+    _generate_and_score_completions builds from vLLM's and its off-policy mask prefers to old."""
+    assert 'inputs.get("sampling_per_token_logps", old_per_token_logps)' in inspect.getsource(
+        trl.GRPOTrainer._compute_loss
+    )
+    assert 'output["sampling_per_token_logps"] = sampling_per_token_logps' in inspect.getsource(
+        trl.GRPOTrainer._generate_and_score_completions
+    )
+
+
 def configure(trainer, case: Case) -> None:
     """Every knob, every case (the trainer is shared), where _compute_loss reads it."""
     algo = case.algo()
@@ -307,14 +392,24 @@ def configure(trainer, case: Case) -> None:
     trainer.beta = case.beta
     trainer.args.use_bias_correction_kl = case.kl_ratio_correction
     trainer.top_entropy_quantile = case.top_entropy_quantile
-    trainer.entropy_coef = case.entropy_coef
-    trainer._entropy_bonus_enabled = case.entropy_coef != 0.0  # __init__'s, use_adaptive_entropy off
+    adaptive = algo.adaptive_entropy
+    trainer.use_adaptive_entropy = adaptive.enabled
+    trainer.args.entropy_coef_min, trainer.args.entropy_coef_max = adaptive.coef_min, adaptive.coef_max
+    trainer.args.entropy_coef_delta, trainer.args.entropy_target = adaptive.coef_delta, adaptive.target
+    state = case.entropy_state if adaptive.enabled else None  # a state only the controller has
+    trainer.entropy_coef, trainer._last_world_entropy = state or (case.entropy_coef, math.inf)
+    trainer._entropy_window_stats = None
+    trainer._entropy_bonus_enabled = case.entropy_coef != 0.0 or adaptive.enabled  # __init__'s
     trainer.importance_sampling_level = case.ratio_level
     trainer.args.delta = algo.delta if algo.delta > 0 else None
+    trainer.off_policy_mask_threshold = case.off_policy_mask_threshold
+    for name in ("k_pos", "lambda_pos", "k_neg", "lambda_neg"):
+        setattr(trainer.args, f"vespo_{name}", getattr(algo.vespo, name))
     trainer.use_vllm = trainer.vllm_importance_sampling_correction = case.rollout_correction != "none"
+    trainer.vllm_importance_sampling_clip_min = case.rollout_min or None
     if trainer.use_vllm:
         trainer.vllm_importance_sampling_mode = case.rollout_correction
-    assert not trainer.use_adaptive_entropy and trainer.off_policy_mask_threshold is None
+    assert trainer.accelerator.sync_gradients  # the adaptive controller moves at an optimizer step's end
 
 
 def trls(trainer, batch: Rollout, advantages: torch.Tensor, case: Case, old: torch.Tensor | None = None):
@@ -335,6 +430,8 @@ def trls(trainer, batch: Rollout, advantages: torch.Tensor, case: Case, old: tor
     width = batch.completion_ids.size(1)
     if old is not None:
         inputs["old_per_token_logps"] = old
+    if batch.engine_logps is not None and case.off_policy_mask_threshold is not None:
+        inputs["sampling_per_token_logps"] = batch.engine_logps  # what the vLLM path hands over
     with torch.no_grad():
         if trainer.use_vllm and trainer.vllm_importance_sampling_correction:
             assert old is None
@@ -364,33 +461,43 @@ def max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> fl
 def test_loss_and_gradients_equal_trls(name, base_model, reference, batch, trainer) -> None:
     case = CASES[name]
     advantages = torch.randn(ROWS, generator=torch.Generator().manual_seed(3))
-    loss, grads = ours(base_model, reference, batch, advantages, case)
+    loss, grads, control = ours(base_model, reference, batch, advantages, case)
     trl_loss, trl_grads, ratio = trls(trainer, batch, advantages, case)
     grad_difference = max_difference(grads, trl_grads)
     print(f"{name}: loss {loss:.6f}, TRL's {trl_loss:.6f} (difference {abs(loss - trl_loss):.1e}), ", end="")
     print(f"max |gradient difference| {grad_difference:.1e}")
     assert loss == pytest.approx(trl_loss, abs=TOL)
     assert grad_difference <= TOL
+    if control.enabled:  # the controller moved as TRL's did: the coefficient and the entropy it measured
+        moved = (control.coef, control.last_entropy)
+        print(f"  adaptive entropy: coefficient {moved[0]:.4f} (TRL's {trainer.entropy_coef:.4f}), ", end="")
+        print(f"entropy {moved[1]:.6f} (TRL's {trainer._last_world_entropy:.6f})")
+        assert moved == pytest.approx((trainer.entropy_coef, trainer._last_world_entropy), abs=TOL)
+        start = case.entropy_state[0] if case.entropy_state else case.entropy_coef
+        assert moved[0] != pytest.approx(start)
     if case.without:  # the knob changes TRL's figures: the comparison is not of a vanished term
         without_loss, without, _ = trls(trainer, batch, advantages, dataclasses.replace(case, **dict(case.without)))
         loss_effect, grad_effect = abs(trl_loss - without_loss), max_difference(trl_grads, without)
     else:
         loss_effect, grad_effect = abs(trl_loss), max(g.abs().max().item() for g in grads.values())
     print(f"  the knob's effect on TRL's loss {loss_effect:.1e}, on its gradient {grad_effect:.1e}")
-    if case.loss_type in ("cispo", "sapo"):  # on-policy, dapo's and grpo's gradient: the value differs
-        assert loss_effect > 10 * TOL
+    if case.loss_type in ("cispo", "sapo", "vespo") and "loss_type" in dict(case.without):
+        assert loss_effect > 10 * TOL  # on-policy, dapo's and grpo's gradient: the value differs
     else:
         assert grad_effect > 10 * TOL
-    if ratio is not None:  # the cap bites on some tokens (sequences), not on all
-        capped = ratio == CAP if case.rollout_correction.endswith("truncate") else ratio == 0
-        rows = capped.any(-1) if ratio.size(-1) == 1 else capped[batch.completion_mask.bool()]
-        assert 0 < rows.float().mean() < 1
+    if ratio is not None:  # each bound bites on some tokens (sequences), not on all
+        truncate = case.rollout_correction.endswith("truncate")
+        bounds = [ratio == CAP] + ([ratio == FLOOR] if case.rollout_min else []) if truncate else [ratio == 0]
+        for capped in bounds:
+            rows = capped.any(-1) if ratio.size(-1) == 1 else capped[batch.completion_mask.bool()]
+            assert 0 < rows.float().mean() < 1
 
 
 # Off-policy: old log-probs = the policy's + PERTURBATION * U(-1, 1) per token, so ratios exp(-perturbation)
 # run from 0.08 to 12: below 1 - eps_low, inside the clip range, above 1 + eps_high, above CISPO's cap of 5.
 PERTURBATION = 2.5
 GSPO_EPSILONS = (3e-4, 4e-4)  # the GSPO paper's: a sequence-level ratio strays little from 1
+LUSPO_EPSILONS = (2e-3, 2.5e-3)  # the LUSPO paper's (§5.1)
 OFF_POLICY = {
     "grpo": Case(without=(("epsilon_low", 1.0), ("epsilon_high", math.inf))),
     "dapo": Case("dapo", without=(("loss_type", "grpo"), ("epsilon_high", EPSILONS[0]))),
@@ -405,6 +512,24 @@ OFF_POLICY = {
         without=(("ratio_level", "token"), ("epsilon_low", 1.0), ("epsilon_high", math.inf)),
     ),
     "kl_ratio_corrected": Case(**KL, kl_ratio_correction=True, without=(("kl_ratio_correction", False),)),
+    "luspo": Case(
+        "luspo",
+        LUSPO_EPSILONS[1],
+        epsilon_low=LUSPO_EPSILONS[0],
+        ratio_level="sequence",
+        without=(("loss_type", "grpo"), ("epsilon_low", 1.0), ("epsilon_high", math.inf)),
+    ),
+    "vespo": Case(
+        "vespo",
+        without=(
+            ("loss_type", "dapo"),
+            ("vespo", VespoConfig(k_pos=1.0)),
+            ("vespo", VespoConfig(lambda_pos=1.0)),
+            ("vespo", VespoConfig(k_neg=1.0)),
+            ("vespo", VespoConfig(lambda_neg=1.0)),
+        ),
+    ),
+    "off_policy_mask": Case(off_policy_mask_threshold=0.2, without=(("off_policy_mask_threshold", None),)),
 }
 
 
@@ -458,6 +583,8 @@ def acted(case: Case, log_ratio: torch.Tensor, advantages: torch.Tensor, mask: t
         events = {
             "outside [1 - eps_low, 1 + eps_high]": (ratio < 1 - algo.epsilon_low) | (ratio > 1 + algo.epsilon_high)
         }
+    elif case.loss_type == "vespo":  # its weight: 1 at a sequence ratio of 1, far from it outside [1/2, 2]
+        events = {"sequence ratio outside [1/2, 2]": ((log_ratio * mask).sum(-1, keepdim=True).abs() > math.log(2))}
     else:
         events = {
             "clipped low": (ratio < 1 - algo.epsilon_low) & (adv < 0),
@@ -465,13 +592,18 @@ def acted(case: Case, log_ratio: torch.Tensor, advantages: torch.Tensor, mask: t
         }
         if algo.delta > 0:
             events["capped at delta"] = (ratio > algo.delta) & (adv < 0)
-    return {name: event[selected].float().mean().item() for name, event in events.items()}
+    if algo.off_policy_mask_threshold is not None:  # the mean drift log pi_old/pi of a negative sequence
+        drift = (-log_ratio * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True)
+        events["masked off-policy"] = (adv < 0) & (drift > algo.off_policy_mask_threshold)
+    return {name: event.expand_as(selected)[selected].float().mean().item() for name, event in events.items()}
 
 
 @pytest.mark.parametrize("name", list(OFF_POLICY))
 def test_off_policy_loss_and_gradients_equal_trls(name, base_model, reference, batch, trainer, off_policy) -> None:
     case = OFF_POLICY[name]
     policy, old = off_policy
+    if case.off_policy_mask_threshold is not None:  # without engine log-probs the mask reads old's drift
+        batch = dataclasses.replace(batch, engine_logps=None)
     advantages = torch.randn(ROWS, generator=torch.Generator().manual_seed(3))
     loss, grads, sums = ours_off_policy(base_model, reference, batch, advantages, old, case)
     trl_loss, trl_grads, _ = trls(trainer, batch, advantages, case, old)
@@ -483,7 +615,7 @@ def test_off_policy_loss_and_gradients_equal_trls(name, base_model, reference, b
     assert grad_difference <= TOL
     for event, share in shares.items():  # each clip or cap acts on some tokens (sequences), not on all
         assert 0 < share < 1, event
-    if case.loss_type not in ("cispo", "sapo") and case.ratio_level == "token":  # ours counts as the test does
+    if case.loss_type not in ("cispo", "sapo", "vespo") and case.ratio_level == "token":  # ours counts as the test does
         tokens = batch.completion_mask.sum().item()
         assert (sums.clip_low / tokens, sums.clip_high / tokens) == pytest.approx(
             (shares["clipped low"], shares["clipped high"])

@@ -46,7 +46,7 @@ def test_rows_carry_the_schemas_defaults_and_comments() -> None:
     assert rows["guard.reward_cv_threshold"].comment.startswith("batch raw reward std / |mean| above this")
     assert "paused at step 10" in rows["guard.reward_cv_threshold"].comment
     # the schema's tuple of allowed values spelled out where a comment names it
-    assert rows["algo.loss_type"].comment.startswith("grpo | bnpo | dr_grpo | dapo | cispo | sapo:")
+    assert rows["algo.loss_type"].comment.startswith("grpo | bnpo | dr_grpo | dapo | cispo | sapo | luspo | vespo:")
 
 
 def test_a_changed_default_makes_the_page_differ() -> None:

@@ -109,7 +109,7 @@ def test_train_help(runs: tuple[Background, Path]) -> None:
     result = background.result("train_help")
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
-    assert "algo: cispo, dapo, dr_grpo, grpo, gspo, sapo" in out
+    assert "algo: cispo, dapo, dr_grpo, grpo, gspo, luspo, sapo, trl_defaults, vespo" in out
     assert "model: hf, smollm2_135m, tiny" in out
     for group, options in _groups().items():
         assert f"{group}: {', '.join(options)}" in out, f"group {group} missing from --help"

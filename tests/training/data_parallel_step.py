@@ -20,6 +20,8 @@ CASES = {  # (algo.scale_rewards, algo.loss_type): the ones whose maths reads th
     "dapo": ("group", "dapo"),
     "bnpo": ("batch", "bnpo"),
     "entropy_terms": ("group", "dapo"),  # and main()'s high-entropy selection and bonus: the step's tokens
+    # luspo's sequence count over both processes and micro-batches; adaptive entropy's measured mean, one for all
+    "luspo_adaptive_entropy": ("group", "luspo"),
 }
 
 
@@ -75,6 +77,9 @@ def main(model_dir: str, run_root: str, out: str, strategy: str = "ddp") -> None
         cfg.distributed.strategy = strategy
         if name == "entropy_terms":  # the quantile and the mean over every process and micro-batch of the step
             cfg.algo.top_entropy_quantile, cfg.algo.entropy_coef = 0.5, 0.05
+        if name == "luspo_adaptive_entropy":  # the coefficient moves on the kept tokens' entropy of both processes
+            cfg.algo.ratio_level, cfg.train.grad_accum_steps, cfg.algo.entropy_coef = "sequence", 2, 0.05
+            cfg.algo.adaptive_entropy.enabled, cfg.algo.adaptive_entropy.target = True, 100.0  # applied at step 2
         run_dir = Path(run_root) / name
         world = join_world(cfg, run_dir)
         trainer = GRPOTrainer(cfg, run_dir, [], world)
@@ -105,9 +110,11 @@ def main(model_dir: str, run_root: str, out: str, strategy: str = "ddp") -> None
             )
             result = trainer.learn(batch, mine, time.perf_counter())
             keys = ("loss", "kl", "grad_norm", "reward/mean", "reward/std", "entropy", "clip_frac")
+            keys += ("entropy/coef",) if cfg.algo.adaptive_entropy.enabled else ()
             steps.append(
                 {
                     "metrics": {k: result.metrics[k] for k in keys + ("completion_len/mean",)},
+                    "entropy_state": trainer.entropy.state_dict() if cfg.algo.adaptive_entropy.enabled else {},
                     "fused": list(result.fused),
                     "grads": grads[-1],
                     "weights": [p.detach().clone() for p in trainer.model.parameters()],

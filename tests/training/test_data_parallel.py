@@ -57,13 +57,14 @@ def one_and_two(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-@pytest.mark.parametrize("case", ["batch_scaled", "dapo", "bnpo", "entropy_terms"])
+@pytest.mark.parametrize("case", ["batch_scaled", "dapo", "bnpo", "entropy_terms", "luspo_adaptive_entropy"])
 def test_two_processes_compute_the_single_process_update(
     one_and_two: dict[str, dict], case: str, strategy: str
 ) -> None:
     """scale_rewards=batch needs the batch's std, dapo/bnpo the batch's token count (the two
     processes' shares differ: 15 tokens against 48), dapo also across accumulated micro-batches;
-    top_entropy_quantile's threshold and the entropy bonus's mean, the step's tokens over both.
+    top_entropy_quantile's threshold and the entropy bonus's mean, the step's tokens over both;
+    luspo's sequence count and adaptive entropy's measured mean (its coefficient and last entropy).
     fsdp: the same update from sharded weights, gradients and optimizer state, gathered back."""
     one, two = one_and_two["one"][case], one_and_two[strategy][case]
     assert (one["processes"], two["processes"]) == (1, 2)
@@ -73,6 +74,7 @@ def test_two_processes_compute_the_single_process_update(
         assert a["fused"] == b["fused"], f"step {step}: fused rewards differ"
         for key, value in a["metrics"].items():
             assert b["metrics"][key] == pytest.approx(value, rel=1e-5, abs=1e-7), f"step {step}: {key}"
+        assert b["entropy_state"] == pytest.approx(a["entropy_state"], rel=1e-5), f"step {step}: adaptive entropy"
         for index, (ga, gb) in enumerate(zip(a["grads"], b["grads"])):
             torch.testing.assert_close(gb, ga, rtol=1e-5, atol=1e-6, msg=f"step {step}: gradient {index}")
         for wa, wb in zip(a["weights"], b["weights"]):

@@ -42,6 +42,30 @@ DEFINING = {
         "arXiv:2511.20347",
         {"loss_type": "sapo", "sapo_temperature_pos": 1.0, "sapo_temperature_neg": 1.05},
     ),
+    "luspo": (
+        "arXiv:2602.05261",
+        {"loss_type": "luspo", "ratio_level": "sequence", "epsilon_low": 0.002, "epsilon_high": 0.0025},
+    ),
+    "trl_defaults": (
+        "TRL 1.16",
+        {
+            "loss_type": "dapo",
+            "kl_ratio_correction": True,
+            "rollout_correction.mode": "sequence_mask",
+            "rollout_correction.cap": 3.0,
+        },
+    ),
+    "vespo": (
+        "arXiv:2602.10693",
+        {
+            "loss_type": "vespo",
+            "ratio_level": "token",
+            "vespo.k_pos": 2.0,
+            "vespo.lambda_pos": 3.0,
+            "vespo.k_neg": 3.0,
+            "vespo.lambda_neg": 2.0,
+        },
+    ),
 }
 
 
