@@ -330,7 +330,9 @@ def _ready(model: Any, tokenizer: PreTrainedTokenizerBase, cfg: ModelConfig, dev
     if cfg.lm_head_fp32:
         fp32_lm_head(model)
     if cfg.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        # transformers 5.2x renamed it and warns on the old name; the vLLM environment's 5.1x has only that
+        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+        enable()
         model.config.use_cache = False
     if cfg.disable_dropout:  # the frozen reference is a copy of this, or runs in eval mode when reloaded
         disable_dropout(model)

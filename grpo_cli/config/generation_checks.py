@@ -78,11 +78,24 @@ def validate_generation(model: ModelConfig, data: DataConfig, rollout: RolloutCo
     check_group_keys("model", model)  # e.g. model.path under model=tiny: before the path itself is looked at
     check_group_keys("data", data)
     _check_sampling(rollout)
+    _check_engine_installed(rollout)
     check_generation_kwargs(rollout)
     _check_chat_template_kwargs(data)
     _check_fractions(data)
     _check_model(model)
     _check_data_file(data)
+
+
+def _check_engine_installed(rollout: RolloutConfig) -> None:
+    """rollout.backend=vllm without a vLLM that runs here: said before the model loads (a real model
+    takes a minute), not when the engine is built."""
+    if rollout.backend != "vllm":
+        return
+    from grpo_cli.rollout.vllm import vllm_unavailable  # torch and transformers: only for this backend
+
+    reason = vllm_unavailable()
+    if reason is not None:
+        raise GrpoError(reason)
 
 
 def _check_sampling(rollout: RolloutConfig) -> None:

