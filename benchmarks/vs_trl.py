@@ -216,6 +216,8 @@ class RunSpec:
     run_dir: str
     out: str
     trl_bias_correction_kl: bool | None = None  # TRL's use_bias_correction_kl; None: TRL's default
+    precision: str = "fp32"  # fp32 | bf16: grpo's precision group (bf16: autocast), TRL's bf16 flag
+    grpo_sampling: str = "policy"  # grpo's rollout.sampling_weights (policy: the fp32 policy decodes itself)
 
 
 @dataclass
@@ -296,6 +298,9 @@ def grpo_config(spec: RunSpec) -> Any:
     cfg.optim.lr, cfg.optim.betas, cfg.optim.weight_decay = w.lr, list(w.adam_betas), SHARED.weight_decay
     cfg.optim.max_grad_norm, cfg.optim.scheduler, cfg.optim.warmup_steps = SHARED.max_grad_norm, "constant", 0
     cfg.monitor.plots = False
+    if spec.precision == "bf16":  # conf/precision/bf16.yaml: fp32 master weights, bf16 autocast
+        cfg.precision.dtype, cfg.precision.autocast = "bf16", True
+    cfg.rollout.sampling_weights = spec.grpo_sampling
     return cfg
 
 
@@ -309,7 +314,7 @@ def run_grpo(spec: RunSpec) -> RunResult:
     trainer.setup()
     assert trainer.train_examples == train, "grpo's training split differs from the benchmark's copy of it"
     setup_s = time.perf_counter() - start
-    records, loops = [], set()
+    records, loops, gaps = [], set(), []
     for index in range(spec.steps):
         t0 = time.perf_counter()
         result = trainer.step()  # generate, score, advantages, update: what the loop calls per step
@@ -320,6 +325,7 @@ def run_grpo(spec: RunSpec) -> RunResult:
         check_forced_lengths(spec, m["completion_len/mean"])
         if "rollout_loop" in m:  # e.g. "fast", "generate (rollout.loop=generate)"
             loops.add(str(m["rollout_loop"]).split(" ")[0])
+        gaps.append(_number(m.get("rollout/engine_gap")))
         records.append(
             StepRecord(
                 step_s=step_s,
@@ -333,7 +339,13 @@ def run_grpo(spec: RunSpec) -> RunResult:
                 grad_norm=_number(m.get("grad_norm")),
             )
         )
-    notes = {"rollout_loop": sorted(loops), "torch_threads": _torch_threads()}
+    notes = {
+        "rollout_loop": sorted(loops),
+        "torch_threads": _torch_threads(),
+        "sampling_weights": trainer.diagnostics.get("sampling_weights"),
+        "engine_gap": gaps,  # per step; None while the policy samples itself
+        "precision": spec.precision,
+    }
     return RunResult("grpo", w.name, spec.seed, records, peak_rss_mib(), setup_s, spec.threads, notes)
 
 
@@ -388,7 +400,7 @@ def trl_kwargs(spec: RunSpec) -> dict[str, Any]:
         adam_epsilon=SHARED.adam_eps,
         weight_decay=SHARED.weight_decay,
         max_grad_norm=SHARED.max_grad_norm,
-        bf16=False,  # TRL's default is bf16 autocast; grpo computes in fp32
+        bf16=spec.precision == "bf16",  # TRL's default is bf16 autocast; --precision picks it for both
         use_cpu=True,
         shuffle_dataset=False,  # the dataset already is grpo's order
         seed=spec.seed,
@@ -541,6 +553,7 @@ def run_trl(spec: RunSpec) -> RunResult:
         "model_dtype": str(trainer.model.dtype),
         "use_bias_correction_kl": trainer.args.use_bias_correction_kl,
         "gradient_checkpointing": bool(getattr(trainer.model, "is_gradient_checkpointing", False)),
+        "precision": "bf16" if trainer.args.bf16 else "fp32",
     }
     return RunResult("trl", w.name, spec.seed, records, peak_rss_mib(), setup_s, spec.threads, notes)
 
@@ -865,6 +878,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="TRL's use_bias_correction_kl for every workload (default: the workload's: TRL's own default, on, for "
         "tiny and small; off for smollm2, as grpo's KL term)",
     )
+    parser.add_argument(
+        "--precision",
+        choices=("fp32", "bf16"),
+        default="fp32",
+        help="both frameworks' training precision: fp32, or bf16 autocast over fp32 weights (TRL's bf16=True, "
+        "grpo's precision=bf16)",
+    )
+    parser.add_argument(
+        "--grpo-sampling",
+        choices=("policy", "auto", "bf16"),
+        default="policy",
+        help="grpo's rollout.sampling_weights (default policy: the fp32 policy decodes itself, as TRL's does)",
+    )
     parser.add_argument("--json", type=Path, help="write every raw figure here")
     parser.add_argument("--keep-runs", type=Path, help="also keep each finished run's result here, as it finishes")
     parser.add_argument(
@@ -925,6 +951,8 @@ def main(argv: list[str] | None = None) -> None:
                             str(run_dir),
                             str(run_dir / "result.json"),
                             trl_bias_correction_kl=correction,
+                            precision=args.precision,
+                            grpo_sampling=args.grpo_sampling,
                         )
                         result = run_child(spec, tmp)
                         runs[framework].append(result)
@@ -1019,7 +1047,12 @@ def add_workload_summary(
 def framework_names(raw: dict[str, Any]) -> dict[str, str]:
     """Table labels; grpo's names the sampling loop it ran (metrics `rollout_loop`, where grpo logs it)."""
     loops = sorted({loop for run in raw["runs"] if run["framework"] == "grpo" for loop in run["notes"]["rollout_loop"]})
-    return {"grpo": f"grpo ({'/'.join(loops)} loop)" if loops else "grpo", "trl": f"TRL {raw['versions']['trl']}"}
+    grpo_runs = [run for run in raw["runs"] if run["framework"] == "grpo"]
+    copy = any(str(run["notes"].get("sampling_weights", "")).startswith("a bf16 copy") for run in grpo_runs)
+    precision = grpo_runs[0]["notes"].get("precision", "fp32") if grpo_runs else "fp32"
+    grpo = f"grpo ({'/'.join(loops)} loop" if loops else "grpo ("
+    grpo += f"{', ' if loops else ''}{precision}{', bf16 sampling copy' if copy else ''})"
+    return {"grpo": grpo, "trl": f"TRL {raw['versions']['trl']} ({precision})"}
 
 
 def workload_lines(name: str, info: dict[str, Any]) -> list[str]:

@@ -20,6 +20,7 @@ from grpo_cli.config.schema import (
     ROLLOUT_BACKENDS,
     ROLLOUT_CORRECTIONS,
     ROLLOUT_LOOPS,
+    SAMPLING_WEIGHTS,
     DataConfig,
     RewardConfig,
 )
@@ -41,6 +42,7 @@ CHOICES = {
     "optim.lr_scaling": LR_SCALINGS,
     "rollout.backend": ROLLOUT_BACKENDS,
     "rollout.loop": ROLLOUT_LOOPS,
+    "rollout.sampling_weights": SAMPLING_WEIGHTS,
     "train.layout": LAYOUTS,
     "curriculum.name": CURRICULA,
     "curriculum.interpolate": INTERPOLATIONS,

@@ -72,6 +72,7 @@ def validate_generation(model: ModelConfig, data: DataConfig, rollout: RolloutCo
         "data.on_long_prompt": data.on_long_prompt,
         "rollout.backend": rollout.backend,
         "rollout.loop": rollout.loop,
+        "rollout.sampling_weights": rollout.sampling_weights,
     }
     for key, value in choices.items():
         check_choice(key, value, CHOICES[key])

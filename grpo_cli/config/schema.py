@@ -325,7 +325,15 @@ class RolloutConfig:
     # vLLM's SamplingParams fields with backend=vllm. A key a rollout.* key sets (temperature, top_p,
     # max_new_tokens, n, ...) is refused: TRL lets this dict override it, leaving two values for one setting
     generation_kwargs: dict[str, Any] = field(default_factory=dict)
+    # grpo train's sampled rollouts, backend=hf: SAMPLING_WEIGHTS. auto: a bf16 copy of fp32 weights where
+    # the device multiplies bf16 natively (CPU AMX/AVX512-BF16, CUDA) and the model has 20M+ parameters,
+    # else the policy | policy | bf16 (insist). The copy is refreshed after each update and its log-probs
+    # feed algo.rollout_correction and rollout/engine_gap, as vLLM's; greedy evaluation samples the policy
+    sampling_weights: str = "auto"
     vllm: VllmConfig = field(default_factory=VllmConfig)
+
+
+SAMPLING_WEIGHTS = ("auto", "policy", "bf16")  # rollout.sampling_weights
 
 
 ENVIRONMENTS = ("none", "custom", "trl", "tools", "code_feedback", "calculator")  # env.name
@@ -412,6 +420,9 @@ class MonitorConfig:
     # alert when rollout/engine_gap (mean |engine − policy| log-prob per completion token, backend=vllm)
     # exceeds this: the engine samples another policy than the one trained. fp32 sits near 1e-5 (0: off)
     engine_gap_alert: float = 0.01
+    # the same while rollouts sample from rollout.sampling_weights' bf16 copy, in nats per token (0: off):
+    # bf16 rounding alone puts the gap at ~0.04 on SmolLM2-135M; past this, more than rounding is wrong
+    copy_gap_alert: float = 0.1
     plots: bool = True  # curves.png and nan_heatmap.png in the run directory at the end
 
 

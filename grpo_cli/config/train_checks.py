@@ -313,8 +313,9 @@ def _check_monitor(monitor: MonitorConfig) -> None:
             fail(f"monitor.{key}", getattr(monitor, key), "must be in [0, 1] (0: off)")
     if monitor.hacking_alert < 0:
         fail("monitor.hacking_alert", monitor.hacking_alert, "must be >= 0, in reward units (0: off)")
-    if monitor.engine_gap_alert < 0:
-        fail("monitor.engine_gap_alert", monitor.engine_gap_alert, "must be >= 0, in nats per token (0: off)")
+    for key in ("engine_gap_alert", "copy_gap_alert"):
+        if getattr(monitor, key) < 0:
+            fail(f"monitor.{key}", getattr(monitor, key), "must be >= 0, in nats per token (0: off)")
     if monitor.hacking_window < 1:
         fail("monitor.hacking_window", monitor.hacking_window, "must be >= 1 (steps)")
     for key in ("log_completions_every", "num_completions_to_print"):

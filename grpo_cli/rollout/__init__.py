@@ -1,7 +1,7 @@
 """Generation backends behind one small interface, so a faster one (vLLM) can replace HF."""
 
 from grpo_cli.rollout.base import Generator, Rollout, completion_mask_from_eos
-from grpo_cli.rollout.engine import make_generator
+from grpo_cli.rollout.engine import make_generator, with_sampling_weights
 from grpo_cli.rollout.fast import FastGenerator
 from grpo_cli.rollout.hf import HFGenerator
 from grpo_cli.rollout.vllm import VLLMGenerator
@@ -14,4 +14,5 @@ __all__ = [
     "VLLMGenerator",
     "completion_mask_from_eos",
     "make_generator",
+    "with_sampling_weights",
 ]

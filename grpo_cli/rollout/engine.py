@@ -11,6 +11,7 @@ from grpo_cli.errors import GrpoError
 from grpo_cli.rollout.base import Generator
 from grpo_cli.rollout.fast import FastGenerator, resizable_cache, returned_cache, settings_unsupported
 from grpo_cli.rollout.hf import HFGenerator
+from grpo_cli.rollout.sampling_copy import SamplingCopy, sampling_weights_choice
 from grpo_cli.rollout.vllm import VLLMGenerator, vllm_unavailable
 
 
@@ -47,6 +48,27 @@ def make_generator(
     budget) sizes its context when `rollout.vllm.max_model_len` is 0."""
     if cfg.backend == "vllm":
         return _vllm_generator(model, tokenizer, cfg, max_prompt_tokens)
+    return _hf_generator(model, tokenizer, cfg)
+
+
+def with_sampling_weights(
+    generator: Generator, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, cfg: RolloutConfig
+) -> tuple[Generator, bool, str | None]:
+    """`grpo train`'s generator, which updates the weights between rollouts: the fast loop on a bf16
+    copy of the policy where `rollout.sampling_weights` takes one, whether it did, and the words
+    saying which weights sample and why (None for vLLM, whose engine holds weights of its own)."""
+    if cfg.backend == "vllm":
+        return generator, False, None
+    loop = "fast" if isinstance(generator, FastGenerator) else "generate"
+    use_copy, weights = sampling_weights_choice(model, cfg, loop)
+    if use_copy:
+        generator = FastGenerator(model, tokenizer, cfg, SamplingCopy(model))
+    return generator, use_copy, weights
+
+
+def _hf_generator(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, cfg: RolloutConfig
+) -> tuple[Generator, str]:
     if cfg.loop == "generate":
         return HFGenerator(model, tokenizer, cfg), "generate (rollout.loop=generate)"
     setting = settings_unsupported(cfg)

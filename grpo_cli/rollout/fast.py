@@ -35,6 +35,7 @@ from grpo_cli.config.schema import RolloutConfig
 from grpo_cli.errors import GrpoError
 from grpo_cli.rollout.base import Rollout, TokenProgress, finish_rollout
 from grpo_cli.rollout.hf import eos_token_ids
+from grpo_cli.rollout.sampling_copy import SamplingCopy
 
 
 def warpers(cfg: RolloutConfig) -> LogitsProcessorList:
@@ -106,11 +107,19 @@ def resizable_cache(cache: object) -> bool:
 class FastGenerator:
     """Prefill once per prompt, decode only the rows still running (module docstring)."""
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, cfg: RolloutConfig) -> None:
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        cfg: RolloutConfig,
+        sampling_copy: SamplingCopy | None = None,
+    ) -> None:
         reason = settings_unsupported(cfg)
         if reason is not None:  # a library caller's FastGenerator: make_generator already chose generate
             raise GrpoError(f"the fast loop cannot sample with {reason}: use rollout.loop=generate")
         self.model = model
+        self.copy = sampling_copy  # rollout.sampling_weights: sampled rollouts from it, greedy ones from the policy
+        self.temperature = cfg.temperature
         self.tokenizer = tokenizer
         self.max_new_tokens = cfg.max_new_tokens
         self.min_new_tokens = cfg.min_new_tokens
@@ -122,7 +131,9 @@ class FastGenerator:
         self.on_token: TokenProgress | None = None  # told after each token (Generator)
 
     def weights_updated(self) -> None:
-        """Nothing to refresh: this loop samples from the policy module itself."""
+        """The bf16 copy, when sampling from one, takes the updated weights; else nothing to refresh."""
+        if self.copy is not None:
+            self.copy.refresh()
 
     def set_step_seed(self, seed: int) -> None:
         """Nothing to seed: this loop draws from torch's stream, which the trainer carries (Generator)."""
@@ -134,13 +145,14 @@ class FastGenerator:
     def generate(
         self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, num_generations: int, greedy: bool = False
     ) -> Rollout:
-        was_training = self.model.training
-        self.model.eval()
+        net = self.model if greedy or self.copy is None else self.copy.module
+        was_training = net.training
+        net.eval()
         try:
-            completion_ids = self.sample(prompt_ids, prompt_mask, num_generations, greedy)
+            completion_ids, logps = self.sample(prompt_ids, prompt_mask, num_generations, greedy, net)
         finally:
-            self.model.train(was_training)
-        return finish_rollout(
+            net.train(was_training)
+        rollout = finish_rollout(
             prompt_ids.repeat_interleave(num_generations, dim=0),
             prompt_mask.repeat_interleave(num_generations, dim=0),
             completion_ids,
@@ -148,6 +160,9 @@ class FastGenerator:
             self.tokenizer,
             num_generations,
         )
+        if net is not self.model:  # the copy's log-probs, for algo.rollout_correction and rollout/engine_gap
+            rollout.engine_logps = logps[:, : rollout.completion_ids.size(1)]
+        return rollout
 
     def _next_token(self, logits: torch.Tensor, greedy: bool, step: int, rows: torch.Tensor, g: int) -> torch.Tensor:
         """The next token of each running row (`rows`: their indices in the batch of completions).
@@ -172,13 +187,16 @@ class FastGenerator:
         prompt_mask: torch.Tensor,
         num_generations: int,
         greedy: bool = False,
-    ) -> torch.Tensor:
+        net: torch.nn.Module | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Completion ids [B·G, C], rows group by group, padded after each row's EOS; C is the
-        longest completion (at most max_new_tokens). No log-probs: the policy samples itself, so the
-        trainer's own pass scores the tokens (only a separate engine, vLLM, returns its own)."""
+        longest completion (at most max_new_tokens). And [B·G, C] the log-probs of the sampled tokens
+        at the temperature (the trainer's definition) under `net`, NaN after a row's end: used only
+        when `net` is not the policy (the bf16 copy), whose tokens the trainer scores itself."""
         g = num_generations
+        net = self.model if net is None else net
         positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(
+        out = net(
             input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions, use_cache=True, logits_to_keep=1
         )
         cache = returned_cache(out)
@@ -191,6 +209,8 @@ class FastGenerator:
         next_position = positions[:, -1:].repeat_interleave(g, dim=0) + 1
         rows = logits.size(0)
         tokens = torch.full((rows, self.max_new_tokens), self.pad_id, dtype=prompt_ids.dtype, device=prompt_ids.device)
+        logps = torch.full((rows, self.max_new_tokens), math.nan, device=prompt_ids.device)
+        scored = net is not self.model
         running = torch.arange(rows, device=prompt_ids.device)  # which rows of `tokens` are still in the batch
         eos = torch.tensor(self.eos_ids, device=prompt_ids.device)
         steps = 0
@@ -200,6 +220,9 @@ class FastGenerator:
                 scores = scores.index_fill(1, eos, -math.inf)
             token = self._next_token(scores, greedy, step, running, g)
             tokens[running, step] = token
+            if scored:
+                chosen = (logits / self.temperature).log_softmax(-1).gather(1, token.unsqueeze(1)).squeeze(1)
+                logps[running, step] = chosen
             steps = step + 1
             if self.on_token is not None:
                 self.on_token(steps, self.max_new_tokens)
@@ -215,7 +238,7 @@ class FastGenerator:
                 if seen is not None:
                     seen.select(keep)
             mask = torch.cat([mask, mask.new_ones(mask.size(0), 1)], dim=1)
-            out = self.model(
+            out = net(
                 input_ids=token.unsqueeze(1),
                 attention_mask=mask,
                 position_ids=next_position,
@@ -224,7 +247,7 @@ class FastGenerator:
             )
             logits = out.logits[:, -1].float()
             next_position = next_position + 1
-        return tokens[:, :steps]
+        return tokens[:, :steps], logps[:, :steps]
 
 
 class Context:

@@ -18,9 +18,12 @@ from grpo_cli.training.state import TrainState
 class StepAlerts:
     """One call per step; the episode-long alerts keep their state in TrainState (a resume re-fires nothing)."""
 
-    def __init__(self, monitor: MonitorConfig, success_name: str, state: TrainState) -> None:
+    def __init__(
+        self, monitor: MonitorConfig, success_name: str, state: TrainState, sampling_copy: bool = False
+    ) -> None:
         self.nan_alert, self.success_name = monitor.nan_alert, success_name
-        self.engine_gap_alert = monitor.engine_gap_alert
+        self.sampling_copy = sampling_copy  # rollout.sampling_weights took a bf16 copy: its own threshold
+        self.engine_gap_alert = monitor.copy_gap_alert if sampling_copy else monitor.engine_gap_alert
         self.repetition = RepetitionAlert(monitor.repetition_alert)
         self.hacking = HackingAlert(success_name, monitor.hacking_alert, monitor.hacking_window)
         state.register("repetition", self.repetition)
@@ -33,16 +36,23 @@ class StepAlerts:
             alerts.append(repetition)
         if hacking := self.hacking.observe(metrics["reward/raw_mean"], metrics[f"reward/{self.success_name}/mean"]):
             alerts.append(hacking)
-        if gap := engine_gap_alert(metrics.get("rollout/engine_gap"), self.engine_gap_alert):
+        if gap := engine_gap_alert(metrics.get("rollout/engine_gap"), self.engine_gap_alert, self.sampling_copy):
             alerts.append(gap)
         return alerts
 
 
-def engine_gap_alert(gap: float | None, threshold: float) -> str | None:
-    """The alert for a `rollout/engine_gap` past `monitor.engine_gap_alert`: the run is off-policy
-    without knowing it (the engine holds other weights than the policy, or other numerics)."""
+def engine_gap_alert(gap: float | None, threshold: float, sampling_copy: bool = False) -> str | None:
+    """The alert for a `rollout/engine_gap` past `monitor.engine_gap_alert` (vLLM) or
+    `monitor.copy_gap_alert` (the bf16 copy): the run is more off-policy than its engine's numerics
+    explain (the engine holds other weights than the policy)."""
     if gap is None or threshold <= 0 or gap <= threshold:
         return None
+    if sampling_copy:
+        return (
+            f"rollout/engine_gap={gap:.3g} > monitor.copy_gap_alert={threshold:g}: the bf16 copy the rollouts "
+            "sample from is further from the policy than bf16 rounding explains; algo.rollout_correction weighs "
+            "for it; rollout.sampling_weights=policy samples the fp32 policy itself"
+        )
     return (
         f"rollout/engine_gap={gap:.3g} > monitor.engine_gap_alert={threshold:g}: the vLLM engine samples from "
         "another policy than the one being trained (a weight push that did not reach it, or a lower engine "

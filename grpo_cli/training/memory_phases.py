@@ -17,6 +17,9 @@ from grpo_cli.core.logprobs import CHUNK_ELEMENTS
 from grpo_cli.core.packing import choose_layout
 from grpo_cli.core.precision import PRECISION_DTYPES, effective_precision, weights_dtype
 from grpo_cli.environments import trajectory_tokens
+from grpo_cli.errors import GrpoError
+from grpo_cli.rollout.fast import settings_unsupported
+from grpo_cli.rollout.sampling_copy import copy_decision
 from grpo_cli.training.memory_report import Part
 from grpo_cli.training.model_shape import ModelShape
 
@@ -162,11 +165,27 @@ def generation_phase(cfg: TrainConfig, device: torch.device, shape: ModelShape, 
             how = "a copy of the weights + rollout.vllm.cpu_kv_cache_gib, in the engine's processes"
             parts.append(Part("vLLM engine", engine, "resident", how))
         return 0
-    kv = w.rows * (w.prompt + w.completion) * shape.layers * 2 * shape.kv_dim * w.wb
+    kb = w.wb
+    if sampling_copy(cfg, device, shape, w):  # rollout.sampling_weights: resident, its KV cache in bf16
+        kb = 2
+        parts.append(Part("bf16 sampling copy", shape.parameters * 2, "resident", "rollout.sampling_weights"))
+    kv = w.rows * (w.prompt + w.completion) * shape.layers * 2 * shape.kv_dim * kb
     generation = kv + kv // shape.layers + w.rows * shape.vocab * SAMPLING_BYTES
     how = f"{w.rows} sequences x {w.prompt + w.completion} tokens"
     parts.append(Part("KV cache + sampling", generation, "generation", how))
     return generation
+
+
+def sampling_copy(cfg: TrainConfig, device: torch.device, shape: ModelShape, w: Worst) -> bool:
+    """Whether the trainer will sample from a bf16 copy (rollout.engine.make_generator's rule; the
+    loop assumed fast unless the settings force generate). A bf16 setting that cannot be honoured
+    fails at start-up with its reason, not here."""
+    rollout = cfg.rollout
+    loop = "generate" if rollout.loop == "generate" or settings_unsupported(rollout) else "fast"
+    try:
+        return copy_decision(rollout.sampling_weights, loop, w.weights_name == "fp32", device, shape.parameters)[0]
+    except GrpoError:
+        return False
 
 
 def _entropy(cfg: TrainConfig) -> bool:

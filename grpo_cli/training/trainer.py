@@ -39,7 +39,7 @@ from grpo_cli.rewards import (
     resolve_reward_sources,
     reward_diagnostics,
 )
-from grpo_cli.rollout import Rollout, make_generator
+from grpo_cli.rollout import Rollout, make_generator, with_sampling_weights
 from grpo_cli.rollout.episodes import with_environment
 from grpo_cli.rollout.prompts import PromptEncoder, context_length
 from grpo_cli.stats import nanmean
@@ -144,7 +144,7 @@ class GRPOTrainer:
             parts["entropy"] = self.entropy
         for name, part in {**parts, "clip": self.clip}.items():
             self.state.register(name, part)
-        self.alerts = StepAlerts(cfg.monitor, self.success.name, self.state)
+        self.alerts = StepAlerts(cfg.monitor, self.success.name, self.state, self.samples_from_copy)
         self.step_index, self.history = self.checkpoints.start(self.resumed_from, self.learner, self.state)
 
     def build_sampling(self) -> None:
@@ -153,6 +153,11 @@ class GRPOTrainer:
         cfg = self.cfg
         longest = longest_prompt(cfg.data.max_prompt_tokens, cfg.env, cfg.rollout.max_new_tokens)  # vLLM's context
         generator, self.diagnostics["rollout_loop"] = make_generator(self.model, self.tokenizer, cfg.rollout, longest)
+        generator, self.samples_from_copy, weights = with_sampling_weights(
+            generator, self.model, self.tokenizer, cfg.rollout
+        )
+        if weights is not None:
+            self.diagnostics["sampling_weights"] = weights
         generator.on_token = lambda done, total: self.report_stage(self.sampling_stage, done, total)
         self.encoder = PromptEncoder(
             self.tokenizer, cfg.data.max_prompt_tokens, self.device, cfg.data.chat_template_kwargs

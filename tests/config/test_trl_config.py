@@ -88,7 +88,8 @@ def test_the_vs_trl_workload_resolves_to_the_benchmarks_grpo_config(
 ) -> None:
     """What benchmarks/vs_trl.py hands TRL, kept as a user keeps a GRPOConfig, composes to the
     config it hands grpo. The command line adds what GRPOConfig has no field for: the model
-    (a GRPOTrainer argument), the data and rewards (a dataset and reward_funcs there), the threads."""
+    (a GRPOTrainer argument), the data and rewards (a dataset and reward_funcs there), the threads,
+    and what samples (TRL's generate decodes the policy itself: the benchmark's same-work setting)."""
     _trl_defaults()  # skips without TRL: trl_kwargs reads GRPOConfig's fields
     bench = _vs_trl()
     spec = bench.RunSpec(
@@ -105,6 +106,7 @@ def test_the_vs_trl_workload_resolves_to_the_benchmarks_grpo_config(
     path = _write(tmp_path, bench.trl_kwargs(spec))
     w = spec.workload
     own = ["model=hf", f"model.path={spec.model_dir}", f"train.threads={spec.threads}", "monitor.plots=false"]
+    own.append(f"rollout.sampling_weights={spec.grpo_sampling}")
     if workload == "smollm2":
         own += [f"data.max_operand={w.max_operand}", f"data.template={hydra_value(w.template)}", "data.chat=true"]
         own += ["reward=last_number", "reward.functions.0.normalize=none"]

@@ -188,6 +188,7 @@ def test_the_update_on_the_real_model_is_the_textbook_gradient(
 
     cfg = real_config(smollm2_cache, tmp_path)
     cfg.algo.beta, cfg.algo.loss_type = 0.04, "dapo"
+    cfg.rollout.sampling_weights = "policy"  # on-policy: a bf16 copy's tokens would carry a rollout correction
     trainer = GRPOTrainer(cfg, tmp_path, observers=[])
     trainer.setup()
     policy = trainer.model
