@@ -48,7 +48,8 @@ def sampling_weights_choice(model: torch.nn.Module, cfg: RolloutConfig, loop: st
 def copy_decision(setting: str, loop: str, fp32: bool, device: torch.device, parameters: int) -> tuple[bool, str]:
     """The rule, for the trainer and the memory plan alike. `bf16` insists where a copy can work at
     all (the fast loop, fp32 weights); `auto` takes it only where it pays: the device computes bf16
-    natively and the model is big enough to be bound by its weight reads (MIN_PARAMETERS)."""
+    natively and the model is big enough to be bound by its weight reads (MIN_PARAMETERS, checked
+    first so a small model's words do not depend on the machine)."""
     if setting == "policy":
         return False, "the policy's weights (rollout.sampling_weights=policy)"
     if loop != "fast":
@@ -57,10 +58,10 @@ def copy_decision(setting: str, loop: str, fp32: bool, device: torch.device, par
         reason = "the policy's weights are not all fp32"
     elif setting == "bf16":
         return True, "a bf16 copy of the policy (rollout.sampling_weights=bf16)"
-    elif not native_bf16(device):
-        reason = f"this {device.type} has no native bf16 matrix multiply"
     elif parameters < MIN_PARAMETERS:
         reason = f"a model under {MIN_PARAMETERS // 1_000_000}M parameters decodes as fast in fp32"
+    elif not native_bf16(device):
+        reason = f"this {device.type} has no native bf16 matrix multiply"
     else:
         native = f"rollout.sampling_weights=auto: this {device.type} computes bf16 natively"
         return True, f"a bf16 copy of the policy ({native})"

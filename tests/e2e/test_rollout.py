@@ -118,6 +118,7 @@ def test_meta_file_records_what_made_the_file(tiny_model_dir: Path, tmp_path: Pa
         "min_p": None,
         "repetition_penalty": 1.0,
         "generation_kwargs": {},
+        "sampling_weights": "auto",
     }
     assert meta["settings"]["model"]["path"] == str(tiny_model_dir.resolve())
     assert meta["settings"]["model"]["dtype"] == "fp32"  # model.dtype=auto: the default precision
