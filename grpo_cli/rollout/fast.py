@@ -181,6 +181,22 @@ class FastGenerator:
             )
         return scores.argmax(-1) if greedy else sample_categorical(scores)
 
+    def _prefill(
+        self, net: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, g: int
+    ) -> tuple[Any, torch.Tensor, torch.Tensor]:
+        """One forward per prompt, not per completion: its KV cache and last logits repeated G times
+        (rows group by group), and each row's next position."""
+        positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
+        out = net(
+            input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions, use_cache=True, logits_to_keep=1
+        )
+        cache = returned_cache(out)
+        if not resizable_cache(cache):
+            raise TypeError(f"{type(cache).__name__} cannot repeat or drop rows")
+        cache.batch_repeat_interleave(g)
+        logits = out.logits[:, -1].float().repeat_interleave(g, dim=0)
+        return cache, logits, positions[:, -1:].repeat_interleave(g, dim=0) + 1
+
     def sample(
         self,
         prompt_ids: torch.Tensor,
@@ -195,18 +211,9 @@ class FastGenerator:
         when `net` is not the policy (the bf16 copy), whose tokens the trainer scores itself."""
         g = num_generations
         net = self.model if net is None else net
-        positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
-        out = net(
-            input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions, use_cache=True, logits_to_keep=1
-        )
-        cache = returned_cache(out)
-        if not resizable_cache(cache):
-            raise TypeError(f"{type(cache).__name__} cannot repeat or drop rows")
-        cache.batch_repeat_interleave(g)
-        logits = out.logits[:, -1].float().repeat_interleave(g, dim=0)
+        cache, logits, next_position = self._prefill(net, prompt_ids, prompt_mask, g)
         mask = prompt_mask.repeat_interleave(g, dim=0)
         seen = Context(prompt_ids.repeat_interleave(g, dim=0), mask) if self.repetition_penalty != 1.0 else None
-        next_position = positions[:, -1:].repeat_interleave(g, dim=0) + 1
         rows = logits.size(0)
         tokens = torch.full((rows, self.max_new_tokens), self.pad_id, dtype=prompt_ids.dtype, device=prompt_ids.device)
         logps = torch.full((rows, self.max_new_tokens), math.nan, device=prompt_ids.device)

@@ -60,8 +60,9 @@ def one_and_two(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
 # Adam divides each gradient element by its own running RMS, so an element near zero whose gradients
 # agree within the tolerance above (another CPU sums in another order) can move its weight a few
 # percent of the learning rate apart: 1.5e-5 of the step script's lr 2e-3 was seen on a CPU without
-# AVX-512. A wrong update (a step missed, a wrong scale, a shard left out) is off by about the
-# learning rate on most elements; a tenth of it tells the two apart.
+# AVX-512. A wrong update (a step missed, a shard's weights left unchanged) is off by about the
+# learning rate on most elements; a tenth of it tells the two apart (a wrong gradient scale, which
+# Adam would hide, is the gradient check's to catch).
 ADAM_WEIGHT_ATOL = 0.1 * OptimConfig().lr
 
 
