@@ -11,6 +11,7 @@ import difflib
 
 from grpo_cli.config.schema import (
     CONSOLES,
+    CPU_HEAPS,
     CURRICULA,
     INTERPOLATIONS,
     LAYOUTS,
@@ -44,6 +45,7 @@ CHOICES = {
     "rollout.loop": ROLLOUT_LOOPS,
     "rollout.sampling_weights": SAMPLING_WEIGHTS,
     "train.layout": LAYOUTS,
+    "train.cpu_heap": CPU_HEAPS,
     "curriculum.name": CURRICULA,
     "curriculum.interpolate": INTERPOLATIONS,
     "reward.aggregation": ("weighted_mean", "normalize_then_sum"),

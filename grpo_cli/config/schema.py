@@ -286,6 +286,7 @@ class AlgoConfig:
 
 ROLLOUT_LOOPS = ("auto", "fast", "generate")  # rollout.loop
 LAYOUTS = ("auto", "packed", "padded")  # train.layout
+CPU_HEAPS = ("auto", "system")  # train.cpu_heap
 ROLLOUT_BACKENDS = ("hf", "vllm")  # rollout.backend
 STRATEGIES = ("ddp", "fsdp")  # distributed.strategy
 
@@ -386,6 +387,10 @@ class TrainLoopConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     threads: int = 0  # torch CPU threads, >= 0; 0: auto (1 for the tiny model on CPU, else torch's)
     layout: str = "auto"  # training passes: packed (each prompt once, no padding) | padded | auto (cheaper one)
+    # auto | system: on a CPU with glibc, freed memory stays in the process for the next step's tensors
+    # (no mmap, no trim) instead of being unmapped and faulted in again (a sixth of a SmolLM2 step); system:
+    # glibc's defaults. Process-wide
+    cpu_heap: str = "auto"
     # give the device's cached, unused memory back to it (torch.cuda.empty_cache) after every N-th step,
     # >= 0; 0: never (TRL's torch_empty_cache_steps=None). Re-allocating costs time: for fragmentation, or
     # a colocated engine short of memory; a CPU has no such cache

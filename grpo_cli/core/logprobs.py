@@ -13,9 +13,11 @@ from grpo_cli.core.parallel import unwrap
 
 PACKABLE_ATTENTION = ("eager", "sdpa")  # attention implementations that use a 4-D mask as given: auto may pack
 
-# Logit elements upcast to float32 at once (2**25: 128 MiB): about 220 rows of a 150k vocabulary.
-# A full-vocabulary fp32 copy of every row would be [B, C, V] * 4 bytes, gigabytes for a real model.
-CHUNK_ELEMENTS = 2**25
+# Logit elements upcast to float32 at once (2**21: 8 MiB; 42 rows of a 49k vocabulary, 13 of 150k).
+# A full-vocabulary fp32 copy of every row would be [B, C, V] * 4 bytes, gigabytes for a real model;
+# and a chunk past glibc's 32 MiB mmap threshold is a fresh mapping each time, every page of it
+# faulted in again: at 2**25 elements the pass over SmolLM2's 512 x 49k logits ran 3-4x slower.
+CHUNK_ELEMENTS = 2**21
 
 
 class _TokenLogprobs(torch.autograd.Function):
@@ -138,13 +140,16 @@ def completion_logprobs_and_entropy(
     input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
     attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    c = completion_ids.size(1)
-    # [B, C + 1, V]: position t predicts completion token t; the last one predicts past the end.
+    c, length = completion_ids.size(1), input_ids.size(1)
+    # [B, C + 1, V]: position t predicts completion token t; the last one predicts past the end. By
+    # index, not `logits_to_keep=c + 1`: a slice is not contiguous, and a frozen model's matmul (the
+    # reference's) then multiplies it by B copies of the output layer (fast.FastGenerator._prefill)
+    keep = torch.arange(length - c - 1, length, device=input_ids.device)
     logits = model(
         input_ids=input_ids,
         attention_mask=attention_mask,
         position_ids=position_ids,
-        logits_to_keep=c + 1,
+        logits_to_keep=keep,
         use_cache=False,
     ).logits
     # Score a dummy token at the last position and drop it, rather than slicing the logits to

@@ -24,6 +24,7 @@ from grpo_cli.core.loss import completion_loss_mask
 from grpo_cli.core.precision import effective_precision, weights_dtype
 from grpo_cli.core.update import UpdateBatch, policy_update
 from grpo_cli.core.update_stats import UpdateTotals
+from grpo_cli.cpu_heap import keep_freed_memory
 from grpo_cli.data import PromptSampler, check_prompts_per_step, load_examples, split_examples
 from grpo_cli.environments import environment_columns, longest_prompt
 from grpo_cli.evaluation import SuccessRule
@@ -91,6 +92,7 @@ class GRPOTrainer:
         # data-parallel: accelerate gives each process its device (cuda:LOCAL_RANK, or the CPU)
         self.device = self.world.device if self.world.size > 1 else pick_device(cfg.train.device)
         set_cpu_threads(cfg.train.threads, cfg.model.kind, self.device)
+        heap = keep_freed_memory(cfg.train.cpu_heap, self.device)  # before any model: its tensors come from it too
         # Reward functions resolve first: a wrong import path fails before any model loads.
         # what a TRL-style reward reads as trainer_state (transformers' class, TRL's), moved on in step()
         self.trainer_state = TrainerState(max_steps=cfg.train.steps, logging_steps=cfg.monitor.print_every)
@@ -104,7 +106,7 @@ class GRPOTrainer:
         data_columns = list({k for ex in train_examples for k in ex if k != "prompt"})
         check_columns(self.reward_sources, data_columns + environment_columns(cfg.env, cfg.sandbox))
         # e.g. the sandbox backend: shown at start-up, in every metrics line and in the summary
-        self.diagnostics = reward_diagnostics(self.reward_sources)
+        self.diagnostics = reward_diagnostics(self.reward_sources) | ({"cpu_heap": heap} if heap else {})
         self.reward_fusion = RewardFusion.from_config(self.reward_sources, cfg.reward)
         self.reward_executor = RewardExecutor(cfg.reward.num_workers, cfg.reward.timeout_s)
         self.resumed_from = self.checkpoints.resume_point()  # before any model: a changed config fails at once
