@@ -24,7 +24,7 @@ from grpo_cli.core.loss import completion_loss_mask
 from grpo_cli.core.precision import effective_precision, weights_dtype
 from grpo_cli.core.update import UpdateBatch, policy_update
 from grpo_cli.core.update_stats import UpdateTotals
-from grpo_cli.cpu_heap import keep_freed_memory
+from grpo_cli.cpu_heap import keep_freed_memory, trim_kept_memory
 from grpo_cli.data import PromptSampler, check_prompts_per_step, load_examples, split_examples
 from grpo_cli.environments import environment_columns, longest_prompt
 from grpo_cli.evaluation import SuccessRule
@@ -251,6 +251,7 @@ class GRPOTrainer:
             if not self.state_logged:  # the first update of this process: the optimizer state now exists
                 self.log_training_state()
             self.generator.weights_updated()  # a generator with its own copy of the weights (vLLM) refreshes it
+        trim_kept_memory()  # train.cpu_heap=auto: kept memory past its bound goes back (cpu_heap)
         t_train = time.perf_counter()
         self.interrupts.arm()  # even when every update was skipped: the step's outcome is final now
         verdicts = self.guard.observe(raw, update.optimizer_steps, update.skipped_updates)  # pause/stop: once saved

@@ -41,10 +41,20 @@ tensor = torch.ones(16 * 2**20)  # 64 MiB, past glibc's largest mmap threshold
 held = libc.mallinfo2()
 del tensor
 freed = libc.mallinfo2()
+from grpo_cli.cpu_heap import resident_bytes, trim_kept_memory
+trim_kept_memory()  # what the second step calls: the resident size settles
+settled = resident_bytes()
+tensor = torch.ones(settled // 4)  # as much again, written, then freed: kept, past the bound
+del tensor
+kept = resident_bytes()
+trimmed = trim_kept_memory()
 print(json.dumps({
     "words": trainer.diagnostics.get("cpu_heap"),
     "mapped_for_it": held.hblkhd - before.hblkhd,
     "kept_after_free": freed.fordblks - held.fordblks,
+    "grown_by": (kept - settled) / settled,
+    "trimmed": trimmed,
+    "given_back": (kept - resident_bytes()) / settled,
 }))
 """
 
@@ -64,6 +74,8 @@ def test_auto_keeps_a_freed_large_tensor_in_the_heap_and_says_so(tmp_path: Path)
     assert seen["words"].startswith("kept in the process for reuse (train.cpu_heap=auto")
     assert seen["mapped_for_it"] < 2**20  # served from the heap, not a mapping of its own
     assert seen["kept_after_free"] >= 64 * 2**20  # and still there for the next step's tensors
+    # what it keeps is bounded: the settled size again, freed, is given back after the step
+    assert seen["grown_by"] > 0.5 and seen["trimmed"] and seen["given_back"] > 0.5
 
 
 @pytest.mark.skipif(not GLIBC, reason="train.cpu_heap changes glibc's malloc; this is not glibc (or has no mallinfo2)")
@@ -72,8 +84,18 @@ def test_system_leaves_glibc_mapping_and_unmapping_large_tensors(tmp_path: Path)
     assert seen["words"] == "the system allocator's defaults (train.cpu_heap=system)"
     assert seen["mapped_for_it"] >= 64 * 2**20  # glibc's default: a fresh mapping, faulted in page by page
     assert seen["kept_after_free"] < 2**20  # and unmapped when freed
+    assert seen["grown_by"] < 0.1 and not seen["trimmed"]  # nothing kept, nothing to give back
 
 
 def test_an_unknown_heap_setting_is_refused_by_name() -> None:
     with pytest.raises(GrpoError, match=r"train\.cpu_heap='jemalloc'.*auto, system"):
         validate(small_config(cpu_heap="jemalloc"))
+
+
+def test_a_run_on_an_accelerator_leaves_the_heap_and_says_nothing() -> None:
+    import torch
+
+    from grpo_cli.cpu_heap import keep_freed_memory
+
+    # its large tensors live on the device; the host's allocator is not the one a step waits on
+    assert keep_freed_memory("auto", torch.device("meta")) is None
