@@ -3,11 +3,11 @@
 glibc serves every allocation over its mmap threshold (at most 32 MiB) with a fresh mapping and
 unmaps it when the tensor is freed, so each training step faults its large tensors in again, page
 by page: the dense embedding gradient, a logit chunk, the packed attention mask. On SmolLM2-135M
-(the vs-TRL workload, a 2-core AVX512 CPU) those page faults were about a fifth of a step (4.0 s
+(the vs-TRL workload, a 2-core AVX512 CPU) those page faults were about a sixth of a step (4.0 s
 with glibc's defaults, 3.35 s without the mmaps; docs/benchmarks.md "The page faults"). With mmap
 off and the trim threshold at its largest, freed memory stays in the heap and the next allocation of
-the same size reuses it: peak RSS rose 3% there. PyTorch's own CPU launcher gets the same effect by
-preloading jemalloc or tcmalloc; this needs no other library.
+the same size reuses it: over 20 steps peak RSS rose 8% there (4.7 to 5.1 GB). PyTorch's own CPU
+launcher gets the same effect by preloading jemalloc or tcmalloc; this needs no other library.
 
 The step's transient tensors vary in size with the completions, so holes between them make the
 heap creep up (SmolLM2, 60 steps: the heap's free bytes went from 1.5 to 2.8 GB next to 2.0-2.5 GB
@@ -45,6 +45,7 @@ def keep_freed_memory(setting: str, device: torch.device) -> str | None:
         return "the system allocator's defaults (train.cpu_heap=system)"
     if device.type != "cpu":
         return None
+    _budget.update(calls=0, bytes=0)  # each trainer's own steps settle the bound (a sweep runs several)
     if _taken:
         return _taken[0]
     if platform.libc_ver()[0] != "glibc" or not os.path.exists("/proc/self/statm"):
