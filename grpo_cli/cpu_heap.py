@@ -21,6 +21,7 @@ A process-wide setting: the first trainer that takes it sets it for the rest of 
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import platform
 
@@ -38,6 +39,12 @@ _taken: list[str] = []  # the words of the first call that changed the process
 _budget = {"calls": 0, "bytes": 0}  # trim_kept_memory's count of calls and its resident-size bound
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    """The C library this process runs on (glibc where `keep_freed_memory` takes effect)."""
+    return ctypes.CDLL(None)
+
+
 def keep_freed_memory(setting: str, device: torch.device) -> str | None:
     """Apply `train.cpu_heap` and return the start-up words for it; None where it does not apply
     (a run on an accelerator allocates its large tensors there, not from glibc)."""
@@ -50,8 +57,7 @@ def keep_freed_memory(setting: str, device: torch.device) -> str | None:
         return _taken[0]
     if platform.libc_ver()[0] != "glibc" or not os.path.exists("/proc/self/statm"):
         return "the system allocator's defaults (train.cpu_heap=auto changes glibc on Linux only)"
-    libc = ctypes.CDLL(None)
-    if not (libc.mallopt(M_MMAP_MAX, 0) and libc.mallopt(M_TRIM_THRESHOLD, KEEP_BYTES)):
+    if not (_libc().mallopt(M_MMAP_MAX, 0) and _libc().mallopt(M_TRIM_THRESHOLD, KEEP_BYTES)):
         return "the system allocator's defaults (glibc refused mallopt)"
     _taken.append("kept in the process for reuse (train.cpu_heap=auto: glibc's mmap and trim off)")
     return _taken[0]
@@ -75,6 +81,6 @@ def trim_kept_memory() -> bool:
         return False
     if rss <= _budget["bytes"]:
         return False
-    ctypes.CDLL(None).malloc_trim(0)
+    _libc().malloc_trim(0)
     _budget["bytes"] = max(_budget["bytes"], int(resident_bytes() * SLACK))
     return True

@@ -388,8 +388,8 @@ class TrainLoopConfig:
     threads: int = 0  # torch CPU threads, >= 0; 0: auto (1 for the tiny model on CPU, else torch's)
     layout: str = "auto"  # training passes: packed (each prompt once, no padding) | padded | auto (cheaper one)
     # auto | system: on a CPU with glibc, freed memory stays in the process for the next step's tensors
-    # (no mmap, no trim) instead of being unmapped and faulted in again (a sixth of a SmolLM2 step); system:
-    # glibc's defaults. Process-wide
+    # (no mmap, no trim; given back past 1.25x the settled resident size) instead of being unmapped and
+    # faulted in again (a sixth of a SmolLM2 step); system: glibc's defaults. Process-wide
     cpu_heap: str = "auto"
     # give the device's cached, unused memory back to it (torch.cuda.empty_cache) after every N-th step,
     # >= 0; 0: never (TRL's torch_empty_cache_steps=None). Re-allocating costs time: for fragmentation, or

@@ -191,8 +191,13 @@ class FastGenerator:
         # and with frozen weights (the bf16 copy) torch's matmul then multiplies it by B contiguous
         # copies of the output layer (SmolLM2's: 290 ms, against a few ms for an index)
         last = torch.tensor([prompt_ids.size(1) - 1], device=prompt_ids.device)
-        ids, mask = prompt_ids, prompt_mask
-        out = net(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=last)
+        out = net(
+            input_ids=prompt_ids,
+            attention_mask=prompt_mask,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=last,
+        )
         cache = returned_cache(out)
         if not resizable_cache(cache):
             raise TypeError(f"{type(cache).__name__} cannot repeat or drop rows")

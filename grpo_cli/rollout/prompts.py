@@ -92,6 +92,30 @@ def context_length(model: torch.nn.Module) -> int | None:
     return int(value) if isinstance(value, int) and value > 0 else None
 
 
+def prompt_budget(max_prompt_tokens: int, max_new_tokens: int, context: int | None) -> int:
+    """data.max_prompt_tokens, lowered (with a warning) where it and the completion would not fit
+    the model's context together; an error where the completion alone fills it."""
+    if context is None:
+        return max_prompt_tokens
+    if max_new_tokens >= context:
+        raise GrpoError(
+            f"rollout.max_new_tokens={max_new_tokens} leaves no room for a prompt in the model's context "
+            f"of {context} tokens"
+        )
+    if max_prompt_tokens + max_new_tokens <= context:
+        return max_prompt_tokens
+    budget = context - max_new_tokens
+    log.warning(
+        "data.max_prompt_tokens=%d + rollout.max_new_tokens=%d exceeds the model's context of %d "
+        "tokens: prompts are limited to %d tokens",
+        max_prompt_tokens,
+        max_new_tokens,
+        context,
+        budget,
+    )
+    return budget
+
+
 def fit_prompts(
     splits: dict[str, list[dict[str, Any]]],
     encoder: PromptEncoder,
@@ -104,24 +128,7 @@ def fit_prompts(
     every split ({"train": [...], "eval": [...]}); sets `encoder.max_tokens` to the budget."""
     if on_long_prompt not in LONG_PROMPT_POLICIES:
         raise GrpoError(f"data.on_long_prompt={on_long_prompt!r}: must be one of {', '.join(LONG_PROMPT_POLICIES)}")
-    budget = max_prompt_tokens
-    if context is not None:
-        if max_new_tokens >= context:
-            raise GrpoError(
-                f"rollout.max_new_tokens={max_new_tokens} leaves no room for a prompt in the model's context "
-                f"of {context} tokens"
-            )
-        if budget + max_new_tokens > context:
-            budget = context - max_new_tokens
-            log.warning(
-                "data.max_prompt_tokens=%d + rollout.max_new_tokens=%d exceeds the model's context of %d "
-                "tokens: prompts are limited to %d tokens",
-                max_prompt_tokens,
-                max_new_tokens,
-                context,
-                budget,
-            )
-    encoder.max_tokens = budget
+    budget = encoder.max_tokens = prompt_budget(max_prompt_tokens, max_new_tokens, context)
     prompts = [ex["prompt"] for examples in splits.values() for ex in examples]
     if encoder.chat_template_kwargs and prompts and not any(isinstance(p, list) for p in prompts):
         raise GrpoError(

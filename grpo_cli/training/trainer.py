@@ -136,6 +136,13 @@ class GRPOTrainer:
         self.learner, self.update_settings, self.lr = build_learner(
             self.model, reference, cfg, precision, self.world, self.device
         )
+        self.build_step_state()
+        self.step_index, self.history = self.checkpoints.start(self.resumed_from, self.learner, self.state)
+
+    def build_step_state(self) -> None:
+        """What every step reads and a checkpoint carries beside the weights: the adaptive clip and
+        entropy, the guard, the RNG, the sampler's and the fusion's state; and the step's alerts."""
+        cfg = self.cfg
         self.clip = AdaptiveClip(cfg.algo.adaptive_clip, cfg.algo.epsilon_low, cfg.algo.epsilon_high)
         self.entropy = AdaptiveEntropy(cfg.algo.adaptive_entropy, cfg.algo.entropy_coef)  # algo.adaptive_entropy
         self.guard = StabilityGuard(cfg.guard)
@@ -147,7 +154,6 @@ class GRPOTrainer:
         for name, part in {**parts, "clip": self.clip}.items():
             self.state.register(name, part)
         self.alerts = StepAlerts(cfg.monitor, self.success.name, self.state, self.samples_from_copy)
-        self.step_index, self.history = self.checkpoints.start(self.resumed_from, self.learner, self.state)
 
     def build_sampling(self) -> None:
         """The sampling loop `rollout.*` picks, run in turns with the environment when `env.*` names
