@@ -15,9 +15,10 @@ Each command is a subprocess of the `grpo` CLI, as a user runs it, writing into 
 `<schedule>_seed<k>/` (the training run) and `<schedule>_seed<k>/eval/`. A finished piece (its
 eval.json, or the run's summary.json) is kept and skipped on a rerun, so a run cut short (a
 laptop's lid, Ctrl-C) resumes where it stopped. The report gives, per schedule, each seed's figure
-and the mean with the seeds' spread (min-max): held-out pass@1, pass@4, mean `code_tests`,
-`code_compiles` and `code_style`, greedy `code_tests`, the training's mean `code_tests` over the
-first and last 10 steps, and the median step time.
+and the mean with the seeds' range, and three_phase minus constant paired by seed: held-out pass@1,
+pass@4, mean `code_tests`, `code_compiles`, `code_style`, length and truncation, greedy `code_tests`
+and `code_compiles`; the training's mean `code_tests` over the first and last 10 steps, its last
+KL, median step time and peak memory.
 """
 
 from __future__ import annotations
@@ -49,11 +50,21 @@ EVAL_ARGS = [
 HELD_OUT = {  # eval.json key -> row label
     "pass@1": "held-out pass@1 (44 samples)",
     "pass@4": "held-out pass@4 (11 tasks)",
-    "reward/code_tests": "held-out mean code_tests",
-    "reward/code_compiles": "held-out mean code_compiles",
-    "reward/code_style": "held-out mean code_style",
-    "greedy/reward/code_tests": "greedy mean code_tests",
+    "reward/code_tests/mean": "held-out mean code_tests",
+    "reward/code_compiles/mean": "held-out mean code_compiles",
+    "reward/code_style/mean": "held-out mean code_style",
+    "length/mean": "held-out mean length, tokens",
+    "truncated/rate": "held-out share cut at 256 tokens",
+    "greedy/reward/code_tests/mean": "greedy mean code_tests",
+    "greedy/reward/code_compiles/mean": "greedy mean code_compiles",
 }
+TRAINING = (  # row labels of training_figures, in the table's order
+    "training code_tests, steps 1-10",
+    "training code_tests, last 10 steps",
+    "KL at the last step",
+    "median step, s",
+    "peak memory, MiB",
+)
 
 
 def grpo(args: list[str], log: Path) -> None:
@@ -106,49 +117,56 @@ def run_all(out: Path, seeds: list[int], steps: int) -> None:
 
 
 def training_figures(run: Path) -> dict[str, float]:
-    """The first and last ten steps' mean code_tests and the median step, from metrics.jsonl."""
+    """The training side of a run from its metrics.jsonl (the keys `grpo train` writes each step)."""
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line]
-    tests = [row["reward/code_tests"] for row in rows if "reward/code_tests" in row]
-    steps = [row["time/step_s"] for row in rows if "time/step_s" in row]
-    return {
-        "training code_tests, steps 1-10": statistics.fmean(tests[:10]),
-        "training code_tests, last 10 steps": statistics.fmean(tests[-10:]),
-        "median step, s": statistics.median(steps),
-    }
+    tests = [row["reward/code_tests/mean"] for row in rows]
+    figures = (
+        statistics.fmean(tests[:10]),
+        statistics.fmean(tests[-10:]),
+        rows[-1]["kl"],
+        statistics.median(row["time/step_s"] for row in rows),
+        max(row["memory/peak_mib"] for row in rows),
+    )
+    return dict(zip(TRAINING, figures, strict=True))
+
+
+def seed_rows(out: Path, schedule: str, seeds: list[int]) -> dict[int, dict[str, float]]:
+    """Each finished seed's figures under one schedule, by row label (seeds not yet evaluated left out)."""
+    rows = {}
+    for seed in seeds:
+        run = out / f"{schedule}_seed{seed}"
+        if (run / "eval" / "eval.json").exists():
+            held_out = json.loads((run / "eval" / "eval.json").read_text(encoding="utf-8"))
+            rows[seed] = {label: held_out[key] for key, label in HELD_OUT.items()} | training_figures(run)
+    return rows
+
+
+def spread(values: list[float]) -> str:
+    """Each seed's figure, then their mean and range: with 3 seeds the range is the honest spread."""
+    if not values:
+        return ""
+    each = " / ".join(f"{v:.3f}" for v in values)
+    return f"{each}; {statistics.fmean(values):.3f} ({min(values):.3f} to {max(values):.3f})"
 
 
 def report(out: Path, seeds: list[int]) -> str:
+    """The markdown table: the base model, each schedule's seeds, and three_phase minus constant paired
+    by seed (the two runs of a seed share the task order and the sampling stream)."""
     base = json.loads((out / "base" / "eval.json").read_text(encoding="utf-8"))
-    figures: dict[str, dict[str, list[float]]] = {s: {} for s in SCHEDULES}
-    for schedule in SCHEDULES:
-        for seed in seeds:
-            run = out / f"{schedule}_seed{seed}"
-            if not (run / "eval" / "eval.json").exists():
-                continue
-            held_out = json.loads((run / "eval" / "eval.json").read_text(encoding="utf-8"))
-            row = {label: held_out[key] for key, label in HELD_OUT.items()} | training_figures(run)
-            for label, value in row.items():
-                figures[schedule].setdefault(label, []).append(value)
-    labels = [
-        *HELD_OUT.values(),
-        "training code_tests, steps 1-10",
-        "training code_tests, last 10 steps",
-        "median step, s",
-    ]
+    by_schedule = {schedule: seed_rows(out, schedule, seeds) for schedule in SCHEDULES}
+    constant, three_phase = (by_schedule[s] for s in SCHEDULES)
+    paired = sorted(set(constant) & set(three_phase))
     lines = [
-        "| figure | SmolLM2 as shipped | " + " | ".join(f"`{s}`: seeds, mean (min-max)" for s in SCHEDULES) + " |",
-        "| --- | --- | " + " | ".join("---" for _ in SCHEDULES) + " |",
+        "| figure | SmolLM2 as shipped | "
+        + " | ".join(f"`{s}`: seeds, mean (range)" for s in SCHEDULES)
+        + " | `three_phase` - `constant`, paired by seed |",
+        "| --- | --- | " + " | ".join("---" for _ in SCHEDULES) + " | --- |",
     ]
-    for label in labels:
+    for label in [*HELD_OUT.values(), *TRAINING]:
         key = next((k for k, v in HELD_OUT.items() if v == label), None)
         cells = [f"{base[key]:.3f}" if key else ""]
-        for schedule in SCHEDULES:
-            values = figures[schedule].get(label, [])
-            if not values:
-                cells.append("")
-                continue
-            seeds_text = " / ".join(f"{v:.3f}" for v in values)
-            cells.append(f"{seeds_text}; {statistics.fmean(values):.3f} ({min(values):.3f}-{max(values):.3f})")
+        cells += [spread([rows[label] for rows in by_schedule[s].values()]) for s in SCHEDULES]
+        cells.append(spread([three_phase[seed][label] - constant[seed][label] for seed in paired]))
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
