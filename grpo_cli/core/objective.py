@@ -66,28 +66,8 @@ def token_loss(
     collective = collective if collective is not None else SingleProcess()
     variants: dict[str, float] = {}
     ratio = importance_ratio(logps, old_logps, mask, algo.ratio_level)
-    weights = None  # the rollout correction's
-    if engine_logps is not None and algo.rollout_correction.mode != "none":
-        correction = algo.rollout_correction
-        weights, capped = rollout_correction(
-            old_logps, engine_logps, mask, correction.mode, correction.cap, correction.min
-        )
-        variants["rollout_correction/weight"] = (weights * mask).sum().item()
-        variants["rollout_correction/capped"] = (capped * mask).sum().item()
-    if algo.loss_type == "cispo":
-        loss, high = cispo_loss(logps, ratio, advantages, epsilons[1])
-        low = torch.zeros_like(high)
-    elif algo.loss_type == "sapo":
-        loss = sapo_loss(ratio, advantages, algo.sapo_temperature_pos, algo.sapo_temperature_neg)
-        low = high = torch.zeros_like(loss, dtype=torch.bool)  # a soft gate clips nothing
-    elif algo.loss_type == "vespo":
-        v = algo.vespo
-        phi = vespo_weight(logps - old_logps, advantages, mask, (v.k_pos, v.lambda_pos, v.k_neg, v.lambda_neg), weights)
-        loss = vespo_loss(logps, phi, advantages)
-        low = high = torch.zeros_like(loss, dtype=torch.bool)  # a smooth weight clips nothing
-        variants["vespo/weight"] = (phi * mask).sum().item()
-    else:
-        loss, low, high = clipped_surrogate(ratio, advantages, *epsilons)
+    weights = correction_weights(old_logps, engine_logps, mask, algo, variants)
+    loss, low, high = policy_term(logps, old_logps, ratio, advantages, mask, algo, epsilons, weights, variants)
     cap = algo.clip_ratio_c or algo.delta  # one bound under two names (core.loss.dual_clip); never both
     if cap > 0:
         loss, dual = dual_clip(loss, advantages, cap)
@@ -115,6 +95,58 @@ def token_loss(
         kl = kl_penalty(logps, ref_logps, algo.kl_estimator)
         loss = loss + algo.beta * (kl * ratio if algo.kl_ratio_correction else kl)
     return TokenLoss(loss, tokens, low, high, kl, variants)
+
+
+def correction_weights(
+    old_logps: torch.Tensor,
+    engine_logps: torch.Tensor | None,
+    mask: torch.Tensor,
+    algo: AlgoConfig,
+    variants: dict[str, float],
+) -> torch.Tensor | None:
+    """The rollout correction's [B, T] weights for tokens an engine other than the policy sampled,
+    adding their sums to `variants`; None when nothing needs correcting (no engine figures, or
+    algo.rollout_correction.mode=none).
+    """
+    if engine_logps is None or algo.rollout_correction.mode == "none":
+        return None
+    correction = algo.rollout_correction
+    weights, capped = rollout_correction(old_logps, engine_logps, mask, correction.mode, correction.cap, correction.min)
+    variants["rollout_correction/weight"] = (weights * mask).sum().item()
+    variants["rollout_correction/capped"] = (capped * mask).sum().item()
+    return weights
+
+
+def policy_term(
+    logps: torch.Tensor,
+    old_logps: torch.Tensor,
+    ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    algo: AlgoConfig,
+    epsilons: tuple[float, float],
+    weights: torch.Tensor | None,
+    variants: dict[str, float],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The [B, T] policy term that algo.loss_type names, with its lower and upper clip masks; the
+    one place a new loss type plugs in (docs/architecture.md). VESPO folds the rollout correction's
+    `weights` into its own sequence weight and adds `vespo/weight` to `variants`.
+    """
+    if algo.loss_type == "cispo":
+        loss, high = cispo_loss(logps, ratio, advantages, epsilons[1])
+        return loss, torch.zeros_like(high), high
+    if algo.loss_type == "sapo":
+        loss = sapo_loss(ratio, advantages, algo.sapo_temperature_pos, algo.sapo_temperature_neg)
+        unclipped = torch.zeros_like(loss, dtype=torch.bool)  # a soft gate clips nothing
+        return loss, unclipped, unclipped
+    if algo.loss_type == "vespo":
+        v = algo.vespo
+        phi = vespo_weight(logps - old_logps, advantages, mask, (v.k_pos, v.lambda_pos, v.k_neg, v.lambda_neg), weights)
+        loss = vespo_loss(logps, phi, advantages)
+        variants["vespo/weight"] = (phi * mask).sum().item()
+        unclipped = torch.zeros_like(loss, dtype=torch.bool)  # a smooth weight clips nothing
+        return loss, unclipped, unclipped
+    return clipped_surrogate(ratio, advantages, *epsilons)
 
 
 def engine_gap_sum(policy_logps: torch.Tensor, engine_logps: torch.Tensor, mask: torch.Tensor) -> float:

@@ -21,7 +21,7 @@ from grpo_cli.config.schema import AlgoConfig
 from grpo_cli.core.entropy import AdaptiveEntropy, entropy_bonus_on
 from grpo_cli.core.logprobs import RolloutRows, rows_logprobs
 from grpo_cli.core.loss import LossNormalizer, aggregate_loss
-from grpo_cli.core.objective import EntropySelection, entropy_bonus, select_high_entropy, token_loss
+from grpo_cli.core.objective import EntropySelection, TokenLoss, entropy_bonus, select_high_entropy, token_loss
 from grpo_cli.core.optim import schedule_at
 from grpo_cli.core.parallel import Collective, SingleProcess, unwrap
 from grpo_cli.core.update_stats import EntropySum, MicroSums, UpdateStats, UpdateTotals
@@ -204,6 +204,36 @@ def step_normalizer(
     return normalizer, counts[2:]
 
 
+def micro_token_loss(
+    batch: UpdateBatch,
+    objective: Objective,
+    micro: torch.Tensor,
+    logps: torch.Tensor,
+    entropies: torch.Tensor | None,
+    collective: Collective,
+    selection: EntropySelection | None,
+) -> TokenLoss:
+    """`token_loss` on one micro-batch's rows: the step-wide tensors (old, reference and engine
+    log-probs, advantages, loss mask) cut to `micro`; without stored old log-probs (a single update)
+    the sampling policy is this pass's own, detached.
+    """
+    old = objective.old_logps[micro] if objective.old_logps is not None else logps.detach()
+    rollout = batch.rollout
+    return token_loss(
+        logps,
+        old,
+        batch.advantages[micro],
+        batch.loss_mask[micro],
+        objective.algo,
+        objective.epsilons,
+        ref_logps=objective.ref_logps[micro] if objective.ref_logps is not None else None,
+        engine_logps=rollout.engine_logps[micro] if rollout.engine_logps is not None else None,
+        entropies=entropies,
+        collective=collective,
+        selection=selection,
+    )
+
+
 def micro_step(
     learner: Learner,
     batch: UpdateBatch,
@@ -237,23 +267,10 @@ def micro_step(
         completion_mask = rollout.model_mask[micro]
         entropy = (entropies.detach() * completion_mask).sum().item()
         entropy_tokens = completion_mask.sum().item()
-    old = objective.old_logps[micro] if objective.old_logps is not None else logps.detach()
     mask = batch.loss_mask[micro]
     if algo.top_entropy_quantile < 1 and selection is None:  # the step's only micro-batch: its own entropies
         selection = select_high_entropy(entropies[mask.bool()], algo.top_entropy_quantile, learner.collective)
-    terms = token_loss(
-        logps,
-        old,
-        batch.advantages[micro],
-        mask,
-        algo,
-        objective.epsilons,
-        ref_logps=objective.ref_logps[micro] if objective.ref_logps is not None else None,
-        engine_logps=rollout.engine_logps[micro] if rollout.engine_logps is not None else None,
-        entropies=entropies,
-        collective=learner.collective,
-        selection=selection,
-    )
+    terms = micro_token_loss(batch, objective, micro, logps, entropies, learner.collective, selection)
     loss = aggregate_loss(terms.loss, mask, normalizer, micro_tokens)
     coef = algo.entropy_coef if entropy_coef is None else entropy_coef
     if coef > 0:  # the mean over the step's kept tokens: the selected ones, else the loss tokens

@@ -144,7 +144,7 @@ def test_algo_trl_defaults_is_grpo_configs_defaults() -> None:
 
 
 def test_a_field_with_no_equivalent_prints_one_line_naming_it(tmp_path: Path) -> None:
-    fields = {"loss_type": "dapo", "push_to_hub": True, "vllm_server_host": "10.0.0.1", "dataloader_num_workers": 4}
+    fields = {"loss_type": "dapo", "push_to_hub": True, "vllm_server_host": "127.0.0.1", "dataloader_num_workers": 4}
     overrides, printed = _expand(_write(tmp_path, fields, "grpo_config.json"))
     assert overrides == ["algo.loss_type=dapo"]
     lines = printed.splitlines()
