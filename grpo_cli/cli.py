@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> None:
 
         rest = report_user_errors(lambda: expand_trl_config(rest))
     report_user_errors(lambda: check_overrides(rest, sub.schema))
-    if sub.locks_run_dir and (run_dir := explicit_run_dir(rest)) is not None:
+    run_dir = report_user_errors(lambda: explicit_run_dir(rest)) if sub.locks_run_dir else None
+    if run_dir is not None:
         report_user_errors(lambda: lock_run_dir(run_dir))  # before Hydra writes .hydra/ and the log into it
     sys.argv = [f"grpo-{name}", *rest]
     hydra_entry_point(sub)()

@@ -15,7 +15,8 @@ in use). `trim_kept_memory`, called after every step, gives the free pages back 
 size passes a quarter above what it was after the second step (or after the last trim); the next
 step faults them in once more, as it would every step without this.
 
-A process-wide setting: the first trainer that takes it sets it for the rest of the process.
+A process-wide setting: the first trainer that takes `auto` sets it for the process, and a later
+`system` job of the same process (a sweep) puts glibc's mmap and trim back to their defaults.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ import torch
 # mallopt's parameters (malloc.h)
 M_TRIM_THRESHOLD = -1
 M_MMAP_MAX = -4
+DEFAULT_MMAP_MAX = 65536  # glibc's defaults (malloc.c), what `system` after `auto` restores
+DEFAULT_TRIM_BYTES = 128 * 1024
 KEEP_BYTES = 2**31 - 1  # the largest trim threshold mallopt takes (an int): free memory at the heap's top stays
 
 SLACK = 1.25  # the resident size, as a multiple of the settled one, past which kept memory goes back
@@ -49,7 +52,7 @@ def keep_freed_memory(setting: str, device: torch.device) -> str | None:
     """Apply `train.cpu_heap` and return the start-up words for it; None where it does not apply
     (a run on an accelerator allocates its large tensors there, not from glibc)."""
     if setting == "system":
-        return "the system allocator's defaults (train.cpu_heap=system)"
+        return _restore_defaults() or "the system allocator's defaults (train.cpu_heap=system)"
     if device.type != "cpu":
         return None
     _budget.update(calls=0, bytes=0)  # each trainer's own steps settle the bound (a sweep runs several)
@@ -61,6 +64,17 @@ def keep_freed_memory(setting: str, device: torch.device) -> str | None:
         return "the system allocator's defaults (glibc refused mallopt)"
     _taken.append("kept in the process for reuse (train.cpu_heap=auto: glibc's mmap and trim off)")
     return _taken[0]
+
+
+def _restore_defaults() -> str | None:
+    """Undo an earlier `auto` job of this process; the words for it, or None when nothing changed.
+    glibc then keeps its mmap threshold fixed where it was (a set trim threshold ends its sliding)."""
+    if not _taken:
+        return None
+    _taken.clear()
+    if not (_libc().mallopt(M_MMAP_MAX, DEFAULT_MMAP_MAX) and _libc().mallopt(M_TRIM_THRESHOLD, DEFAULT_TRIM_BYTES)):
+        return "glibc as an earlier train.cpu_heap=auto job left it: it refused mallopt (train.cpu_heap=system)"
+    return "the system allocator's defaults, restored after an earlier train.cpu_heap=auto job (train.cpu_heap=system)"
 
 
 def resident_bytes() -> int:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+from safetensors import SafetensorError, safe_open
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import (
     AutoModelForCausalLM,
@@ -232,10 +233,16 @@ def add_lora(model: PreTrainedModel, lora: LoraConfig) -> PeftModel:
 
 
 def load_weights(
-    directory: Path, base_dir: Path, dtype: torch.dtype, trust_remote_code: bool = False, trainable: bool = False
+    directory: Path,
+    base_dir: Path,
+    dtype: torch.dtype,
+    trust_remote_code: bool = False,
+    trainable: bool = False,
+    key: str = "model.path",
 ) -> PreTrainedModel | PeftModel:
     """The model a directory holds: its own full weights, or, for a LoRA checkpoint (peft's adapter
-    files only), the base model at `base_dir` with the adapter on top."""
+    files only), the base model at `base_dir` with the adapter on top. `key`: the setting that named
+    the directory, for the one-line error."""
     adapter = is_adapter_dir(directory)
     source = base_dir if adapter else directory
     try:
@@ -246,8 +253,21 @@ def load_weights(
             with quiet_peft():
                 model = PeftModel.from_pretrained(model, directory, is_trainable=trainable)
     except (OSError, ValueError) as err:
-        raise GrpoError(f"model.path={source}: cannot load: {err}") from err
+        raise GrpoError(f"{key}={source}: cannot load: {err}") from err
+    except SafetensorError as err:  # a weights file cut short (a copy, a full disk) or garbled
+        damaged = [p for d in (directory, base_dir) for p in sorted(Path(d).glob("*.safetensors")) if not _opens(p)]
+        named = damaged[0] if damaged else source
+        raise GrpoError(f"{key}={directory}: {named} cannot be read ({err}): cut short or damaged?") from None
     return model
+
+
+def _opens(path: Path) -> bool:
+    """Whether a safetensors file's header reads (cheap: the tensors are not loaded)."""
+    try:
+        with safe_open(path, framework="pt"):
+            return True
+    except (SafetensorError, OSError):
+        return False
 
 
 def load_policy(

@@ -12,15 +12,15 @@ from typing import TypeVar
 
 from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
-from rich.markup import escape
+from rich.text import Text
 
 from grpo_cli.errors import GrpoError
 
 T = TypeVar("T")
 EXIT_USER_ERROR = 1
 EXIT_INTERRUPTED = 130  # the shell's code for SIGINT: a Ctrl-C is neither success nor a user error
-# The machine's state, not a bug: a full disk, a quota, a read-only or forbidden directory.
-CANNOT_WRITE = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+# The machine's state, not a bug: a full disk, a quota, a read-only or forbidden directory, ulimit -f.
+CANNOT_WRITE = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG)
 
 
 def report_user_errors(run: Callable[[], T]) -> T:
@@ -31,8 +31,10 @@ def report_user_errors(run: Callable[[], T]) -> T:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         # soft_wrap: a FILE:LINE in the message must stay one copyable token in CI logs.
-        # The message is not markup: `monitor.trackers=[wandb]` must print its brackets.
-        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(str(err))}", highlight=False)
+        # The message is user text, printed as written: a Text is never read as markup (`[wandb]`
+        # keeps its brackets) nor for emoji codes (a target `a:b:c` printed as `a🅱c`).
+        console = Console(stderr=True, soft_wrap=True, markup=False, emoji=False, highlight=False)
+        console.print(Text.assemble(("error:", "bold red"), " ", str(err)))
         sys.exit(err.exit_code if isinstance(err, GrpoError) else EXIT_USER_ERROR)
 
 

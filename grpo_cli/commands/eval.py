@@ -73,17 +73,19 @@ def _generated(
         samples = generate_and_score(
             examples, encoder, generator, executor, fusion, group_size, cfg.batch_size, on_batch=progress.advance
         )
-    greedy = {}
+    greedy, answers = {}, []
     if cfg.greedy:
         with PromptProgress("eval: greedy", len(examples), "auto", console) as progress:
             greedy = evaluate_greedy(
-                examples, encoder, generator, executor, fusion, rule, cfg.batch_size, on_batch=progress.advance
+                examples, encoder, generator, executor, fusion, rule, cfg.batch_size,
+                on_batch=progress.advance, answers=answers,
             )
     loop = loaded.loop
     del loaded, generator  # a multirun's next job starts from free memory
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    return samples, greedy, {"model": str(model_dir), "split": cfg.split, "rollout_loop": loop}
+    origin = {"model": str(model_dir), "split": cfg.split, "rollout_loop": loop}
+    return samples, greedy, {**origin, "greedy_answers": answers} if cfg.greedy else origin
 
 
 def _from_file(
@@ -194,6 +196,8 @@ def run_eval(cfg: EvalConfig, run_dir: Path) -> float:
         "wall_s": time.perf_counter() - start,
         **diagnostics,
     }
+    if "greedy_answers" in report:  # what the model answered, after the figures: a long list read last
+        report["greedy_answers"] = report.pop("greedy_answers")
     output = Path(cfg.output) if cfg.output else run_dir / "eval.json"
     output.parent.mkdir(parents=True, exist_ok=True)
     write_summary(output, report)

@@ -303,7 +303,7 @@ def export_checkpoint(checkpoint: Path, output: Path, cfg: ExportConfig) -> floa
 
     # The checkpoint's model in float32 (a lossless upcast) is the truth the export is checked against.
     tokenizer = AutoTokenizer.from_pretrained(checkpoint, trust_remote_code=trust_remote_code)
-    model = load_weights(checkpoint, base or checkpoint, torch.float32, trust_remote_code).eval()
+    model = load_weights(checkpoint, base or checkpoint, torch.float32, trust_remote_code, key="checkpoint").eval()
     source = prompt_logits(model, tokenizer)
     merge, untied = adapter and cfg.merge_lora, False
     if merge:

@@ -23,6 +23,7 @@ from grpo_cli.commands.errors import EXIT_INTERRUPTED
 from grpo_cli.config.rollout_checks import validate_rollout
 from grpo_cli.config.schema import PrecisionConfig, RolloutRunConfig
 from grpo_cli.data import load_examples
+from grpo_cli.errors import GrpoError
 from grpo_cli.model_source import hub_id
 from grpo_cli.models import pick_device, set_cpu_threads
 from grpo_cli.monitor.progress import PromptProgress
@@ -112,6 +113,10 @@ def run_rollout(cfg: RolloutRunConfig, run_dir: Path) -> float:
     examples = select_examples(cfg)
     settings = rollout_settings(cfg, dtype, examples)
     console = Console(stderr=True)
+    try:  # as score and eval do: output= may name a directory still to make
+        output.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise GrpoError(f"output={cfg.output}: cannot create its directory {output.parent} ({err.strerror})") from None
     with RolloutsFile(output, settings, cfg.rollout.resume) as out:  # a refused output fails before the model loads
         if out.cut_bytes:
             log.warning("%s: dropped a half-written last line (%d bytes): generated again", output, out.cut_bytes)

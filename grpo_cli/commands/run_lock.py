@@ -8,6 +8,7 @@ included, so a dead run never leaves a stale lock behind.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 from collections.abc import Iterator
@@ -28,8 +29,8 @@ def lock_run_dir(run_dir: Path) -> bool:
     if key in _held:
         return False
     path = key / LOCK_FILE
+    _make_run_dir(Path(run_dir), key)
     try:
-        key.mkdir(parents=True, exist_ok=True)
         descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as err:
         raise GrpoError(f"{path}: cannot create the run directory's lock ({err.strerror})") from err
@@ -46,6 +47,25 @@ def lock_run_dir(run_dir: Path) -> bool:
     os.pwrite(descriptor, f"{os.getpid()}\n".encode(), 0)
     _held[key] = descriptor
     return True
+
+
+def _make_run_dir(given: Path, key: Path) -> None:
+    """Create the run directory, or say what is wrong with the value given (the lock is not the
+    problem when the directory itself cannot exist)."""
+    if key.exists() and not key.is_dir():
+        raise GrpoError(f"hydra.run.dir={given} is a file, not a directory: name a directory for the run")
+    try:
+        key.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        parent = next(p for p in key.parents if p.exists())  # `/` at worst
+        if not parent.is_dir():
+            message = f"hydra.run.dir={given}: {parent} is a file, not a directory: name a directory for the run"
+            raise GrpoError(message) from None
+        why = "" if err.errno == errno.ENOENT else f" ({err.strerror})"  # /proc's ENOENT: "no such file", misleading
+        raise GrpoError(
+            f"hydra.run.dir={given}: cannot create the directory: {parent} takes no new directories{why}; "
+            "name a writable place for the run"
+        ) from None
 
 
 def unlock_run_dir(run_dir: Path) -> None:
@@ -68,7 +88,14 @@ def run_dir_lock(run_dir: Path) -> Iterator[None]:
 def explicit_run_dir(overrides: list[str]) -> Path | None:
     """The `hydra.run.dir=DIR` of a single run's command line, when it is a plain path: it can be
     locked before Hydra writes .hydra/ into it. A multirun, a Hydra flag (--cfg, --help) or an
-    interpolated directory (${now:...}) leave the lock to the task."""
+    interpolated directory (${now:...}) leave the lock to the task. An empty `hydra.run.dir=` or
+    `hydra.sweep.dir=` is refused: Hydra would run in the current directory, over the user's files."""
+    for key in ("hydra.run.dir", "hydra.sweep.dir"):
+        if any(arg.startswith(f"{key}=") and not arg.split("=", 1)[1].strip("'\" ") for arg in overrides):
+            raise GrpoError(
+                f"{key} is empty: it would run in the current directory and overwrite its files; name a directory "
+                "for the run"
+            )
     if any(arg.startswith("-") or arg.startswith("hydra.mode=") for arg in overrides):
         return None
     values = [arg.split("=", 1)[1] for arg in overrides if arg.startswith("hydra.run.dir=")]

@@ -1,6 +1,6 @@
 """`grpo train trl_config=FILE`: a TRL GRPOConfig, as users keep it in YAML or JSON, read as overrides.
 
-The file's fields go through the one TRL mapping (grpo_cli/config/trl_mapping.py); what they become
+The file's fields go through the one TRL mapping (grpo_cli/config/trl/mapping.py); what they become
 is printed as the equivalent command line, so a user sees, and can keep, what will run, with a line
 for each field grpo has no equivalent for. The file's overrides go before the user's own, and a key
 given on the command line drops the file's value for it: the command line wins.
@@ -20,7 +20,7 @@ import yaml
 from grpo_cli.commands.overrides import check_overrides
 from grpo_cli.config.checks import CHOICES, check_choice
 from grpo_cli.config.schema import TrainConfig
-from grpo_cli.config.trl_convert import Conversion, TrlFieldError, convert
+from grpo_cli.config.trl.convert import Conversion, TrlFieldError, convert
 from grpo_cli.errors import GrpoError
 
 ARG = "trl_config="

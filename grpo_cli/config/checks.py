@@ -8,6 +8,7 @@ on these, so `invalid value KEY=VALUE: why` reads the same from every command.
 from __future__ import annotations
 
 import difflib
+import os
 
 from grpo_cli.config.schema import (
     CONSOLES,
@@ -70,6 +71,28 @@ def check_at_least_one(values: dict[str, int]) -> None:
     for key, value in values.items():
         if value < 1:
             fail(key, value, "must be at least 1")
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on: its affinity (taskset, a container's cpuset), which
+    torch's threads share."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def check_threads(key: str, threads: int) -> None:
+    """Torch CPU threads: refused above the cores rather than clamped, so the number a config says is
+    the number that runs (a recipe from a bigger machine fails in one line, naming the count here);
+    more threads than cores contend for them, and a step ran 100x slower without a word."""
+    if threads < 0:
+        fail(key, threads, "must be >= 0 (torch CPU threads; 0: auto)")
+    cores = usable_cores()
+    if threads > cores:
+        fail(
+            key,
+            threads,
+            f"more than the {cores} CPU core(s) this process may use: threads beyond the cores contend for them "
+            f"and every step runs many times slower; set at most {cores}, or 0 (auto)",
+        )
 
 
 def check_split_selects(split: str, data: DataConfig) -> None:

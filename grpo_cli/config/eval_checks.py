@@ -9,8 +9,10 @@ from grpo_cli.config.checks import (
     check_choice,
     check_rewards_chosen,
     check_split_selects,
+    check_threads,
     fail,
 )
+from grpo_cli.config.env_checks import validate_env
 from grpo_cli.config.generation_checks import validate_generation
 from grpo_cli.config.schema import SPLITS, EvalConfig
 
@@ -21,14 +23,14 @@ def validate_eval(cfg: EvalConfig) -> None:
     against the file's group size once it is read."""
     if cfg.input is None:
         validate_generation(cfg.model, cfg.data, cfg.rollout)
+        validate_env(cfg.env)
         check_choice("split", cfg.split, SPLITS)
         check_choice("precision.dtype", cfg.precision.dtype, CHOICES["precision.dtype"])
         check_split_selects(cfg.split, cfg.data)
     check_at_least_one({"rollout.num_generations": cfg.rollout.num_generations, "batch_size": cfg.batch_size})
     if cfg.max_prompts < 0:
         fail("max_prompts", cfg.max_prompts, "must be >= 0 (0: every prompt)")
-    if cfg.threads < 0:
-        fail("threads", cfg.threads, "must be >= 0 (0: auto)")
+    check_threads("threads", cfg.threads)
     check_rewards_chosen(cfg.reward)
     if any(k < 1 for k in cfg.eval.k):
         fail("eval.k", list(cfg.eval.k), "every k must be at least 1")

@@ -7,9 +7,10 @@ and adds its own checks.
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
-from grpo_cli.config.checks import CHOICES, check_choice, fail
+from grpo_cli.config.checks import CHOICES, check_at_least_one, check_choice, fail
 from grpo_cli.config.group_keys import check_group_keys
 from grpo_cli.config.schema import DataConfig, ModelConfig, RolloutConfig
 from grpo_cli.errors import GrpoError
@@ -137,6 +138,8 @@ def _check_chat_template_kwargs(data: DataConfig) -> None:
 
 
 def _check_fractions(data: DataConfig) -> None:
+    if data.max_prompt_tokens < 1:  # 0 cut every prompt to nothing from the left, and training went on
+        fail("data.max_prompt_tokens", data.max_prompt_tokens, "must be at least 1 (tokens of a prompt)")
     if not 0 < data.fraction <= 1:
         fail("data.fraction", data.fraction, "must be in (0, 1]")
     if not 0 <= data.eval_fraction < 1:
@@ -144,6 +147,8 @@ def _check_fractions(data: DataConfig) -> None:
 
 
 def _check_model(model: ModelConfig) -> None:
+    if model.kind == "tiny":  # a size of 0 failed inside transformers (num_layers=0: an IndexError on first use)
+        check_at_least_one({f"model.tiny.{f.name}": getattr(model.tiny, f.name) for f in fields(model.tiny)})
     if model.kind == "tiny" and model.tiny.hidden_size % model.tiny.num_heads:  # attention splits the width
         fail(
             "model.tiny.hidden_size",
@@ -166,5 +171,10 @@ def _check_data_file(data: DataConfig) -> None:
             raise GrpoError("data=jsonl needs data.path=FILE")
         if Path(data.path).is_dir():
             raise GrpoError(f"data.path={data.path}: a directory; data=jsonl reads one file, a JSON object per line")
-        if not Path(data.path).is_file():
+        if not Path(data.path).exists():
             raise GrpoError(f"data.path={data.path}: no such file")
+        if not Path(data.path).is_file():  # /dev/null, a pipe, a socket: there, but nothing to read rows from
+            raise GrpoError(
+                f"data.path={data.path}: not a regular file (a device, a pipe or a socket); "
+                "data=jsonl reads one file, a JSON object per line"
+            )

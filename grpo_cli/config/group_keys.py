@@ -42,6 +42,18 @@ READ_BY: dict[str, tuple[str, dict[str, tuple[str, ...]]]] = {
     ),
     "precision": ("dtype", {"autocast": ("bf16", "fp16"), "grad_scaler": ("fp16",)}),
     "curriculum": ("name", {"interpolate": ("three_phase", "phased")}),  # constant has nothing to blend
+    "env": (  # env=none has no environment to read any (config/env_checks.py)
+        "name",
+        {
+            "target": ("custom", "trl"),
+            "tools": ("tools",),
+            "kwargs": ("custom",),
+            **dict.fromkeys(
+                ("max_turns", "max_tokens", "max_observation_tokens", "timeout_s"),
+                ("code_feedback", "calculator", "trl", "tools", "custom"),
+            ),
+        },
+    ),
 }
 # What an option does, where its name alone does not say why it ignores a key.
 MEANS = {
@@ -51,6 +63,7 @@ MEANS = {
     "code": "the packaged code tasks",
     "fp32": "no mixed precision",
     "constant": "the configured weights throughout",
+    "none": "one model turn per completion, no environment",
 }
 
 

@@ -1,8 +1,9 @@
 """The configuration reference, read off the schema: every key's dotted name, type, default and comment.
 
 The comments a user reads in docs/reference.md and in `grpo SUBCOMMAND --keys` are the ones written
-beside each field in schema.py, found by reading that file's source, so there is one place to write
-what a key means. The defaults come from instantiating the dataclasses, which is the default run.
+beside each field in schema.py and its sections (config/sections/), found by reading their source, so
+there is one place to write what a key means. The defaults come from instantiating the dataclasses,
+which is the default run.
 `python -m grpo_cli.config.reference --write docs/reference.md` regenerates the page and `--check`
 (run by .ci/run and tests/docs) fails when the page no longer matches the schema.
 """
@@ -50,10 +51,18 @@ class KeyDoc:
 def _field_comments() -> dict[tuple[str, str], str]:
     """(class name, field name) -> the comment lines directly above the field and the one beside it.
 
-    Read from the source because Python keeps no comments at run time; the schema is one module of
-    flat classes, so a field is an annotated assignment directly in a class body.
+    Read from the source because Python keeps no comments at run time; the schema is `schema.py` and
+    its section modules, each of flat classes, so a field is an annotated assignment directly in a class body.
     """
-    source = inspect.getsource(schema_module)
+    found: dict[tuple[str, str], str] = {}
+    modules = {sys.modules[obj.__module__] for obj in vars(schema_module).values() if dataclasses.is_dataclass(obj)}
+    for module in sorted(modules, key=lambda module: module.__name__):
+        found.update(_module_field_comments(inspect.getsource(module)))
+    return found
+
+
+def _module_field_comments(source: str) -> dict[tuple[str, str], str]:
+    """`_field_comments` for one module's source."""
     comments: dict[int, str] = {}  # line number -> comment text
     code_lines: set[int] = set()  # lines holding anything but a comment
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):

@@ -10,7 +10,15 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from grpo_cli.config.checks import CHOICES, check_at_least_one, check_choice, check_rewards_chosen, fail
+from grpo_cli.config.checks import (
+    CHOICES,
+    check_at_least_one,
+    check_choice,
+    check_rewards_chosen,
+    check_threads,
+    fail,
+)
+from grpo_cli.config.env_checks import validate_env
 from grpo_cli.config.generation_checks import validate_generation
 from grpo_cli.config.group_keys import check_group_keys
 from grpo_cli.config.schema import (
@@ -45,11 +53,13 @@ def validate(cfg: TrainConfig) -> list[str]:
         fail(
             "algo.ref_sync.every",
             cfg.algo.ref_sync.every,
-            "with distributed.strategy=fsdp is not supported yet (the reference is mixed from the whole policy): "
+            "with distributed.strategy=fsdp is not supported yet (the reference is sharded, and a checkpoint "
+            "would keep only the main process's shards of the reference): "
             "use distributed.strategy=ddp or algo.ref_sync.every=0",
         )
     _check_objective(cfg)
     validate_generation(cfg.model, cfg.data, cfg.rollout)
+    validate_env(cfg.env)
     _check_optim(cfg.optim)
     _check_adaptive_clip(cfg)
     _check_variants(cfg.algo)
@@ -98,8 +108,7 @@ def _check_counts(cfg: TrainConfig) -> None:
     for key in ("save_every", "eval_every", "empty_cache_every"):
         if getattr(cfg.train, key) < 0:
             fail(f"train.{key}", getattr(cfg.train, key), "must be >= 0 (every N steps; 0: never)")
-    if cfg.train.threads < 0:
-        fail("train.threads", cfg.train.threads, "must be >= 0 (torch CPU threads; 0: auto)")
+    check_threads("train.threads", cfg.train.threads)
 
 
 def _check_distributed(distributed: DistributedConfig) -> None:

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
-from grpo_cli.core.packing import choose_layout, pack
+from grpo_cli.core.packing import choose_layout, pack, prompt_groups
 from grpo_cli.core.parallel import unwrap
 
 PACKABLE_ATTENTION = ("eager", "sdpa")  # attention implementations that use a 4-D mask as given: auto may pack
@@ -191,7 +191,7 @@ class RolloutRows(Protocol):
     prompt_mask: torch.Tensor  # [N, P]
     completion_ids: torch.Tensor  # [N, C]
     completion_mask: torch.Tensor  # [N, C]
-    group_size: int  # G: rows g*G .. g*G+G-1 share a prompt
+    group_size: int  # G: rows g*G .. g*G+G-1 share a data prompt (an environment's reset may add to each)
     engine_logps: torch.Tensor | None  # [N, C] the sampling engine's log-probs where it is not the policy
 
 
@@ -207,7 +207,7 @@ def rows_logprobs(
     picks for them (`core.packing.choose_layout`): the one forward pass every update pass makes."""
     prompt_ids, prompt_mask = rollout.prompt_ids[rows], rollout.prompt_mask[rows]
     completion_ids, completion_mask = rollout.completion_ids[rows], rollout.completion_mask[rows]
-    groups = rows // rollout.group_size
+    groups = prompt_groups(prompt_ids, prompt_mask)  # not rows // G: an environment's reset may differ per row
     config = unwrap(model).config
     if layout == "auto" and getattr(config, "_attn_implementation", None) not in PACKABLE_ATTENTION:
         layout = "padded"  # e.g. flash attention takes no 4-D mask

@@ -7,6 +7,11 @@ each completion see its prompt and its own earlier tokens (nothing of its siblin
 ids restart after the prompt for every completion, so each token sees exactly what it saw in the
 padded layout. Logits are gathered back into the padded [rows, C] shape the loss uses.
 
+The rows packed together are those whose prompts are the same tokens (`prompt_groups`), not a
+group's G rows as such: an environment's reset can add per-episode text to each row's prompt
+(rollout.episodes), and then each row is its own packed row. `pack` refuses rows that claim a shared
+prompt they do not have.
+
 Attention inside a packed row grows with the square of its length, so `choose_layout` keeps the
 padded layout where that would cost more than the tokens saved (docs/architecture.md §3, "Training passes").
 """
@@ -29,6 +34,25 @@ class PackedBatch:
     source_position: torch.Tensor  # [n, C]: ... and the position in it
 
 
+def prompt_groups(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
+    """[n] a group id per row, shared by the rows whose prompts are the same tokens, numbered in the
+    order of their first row (a Rollout's G rows per prompt: `rows // G`).
+
+    >>> prompt_groups(torch.tensor([[0, 5], [0, 5], [4, 5], [9, 5]]), torch.tensor([[0, 1], [0, 1], [1, 1], [0, 1]]))
+    tensor([0, 0, 1, 0])
+    """
+    n = prompt_ids.size(0)
+    key = torch.cat([prompt_ids * prompt_mask, prompt_mask], 1)  # the pad id under the mask is no part of a prompt
+    _, inverse = torch.unique(key, dim=0, return_inverse=True)
+    rows = torch.arange(n, device=prompt_ids.device)
+    first = torch.full((n,), n, dtype=torch.long, device=prompt_ids.device).scatter_reduce_(
+        0, inverse, rows, reduce="amin"
+    )
+    rank = torch.empty_like(first)
+    rank[first.argsort()] = rows  # unused ids (first = n) sort last and are never looked up
+    return rank[inverse]
+
+
 def pack(
     prompt_ids: torch.Tensor,
     prompt_mask: torch.Tensor,
@@ -38,7 +62,8 @@ def pack(
     dtype: torch.dtype,
 ) -> PackedBatch:
     """The packed layout of n rows (left-padded prompts, right-padded completions); rows with the
-    same `groups` id share a prompt (their prompt rows are identical) and are packed together.
+    same `groups` id share a prompt (`prompt_groups`) and are packed together; rows that do not are
+    refused, as each would be computed after the other's prompt.
 
     >>> batch = pack(torch.tensor([[0, 5], [0, 5]]), torch.tensor([[0, 1], [0, 1]]),
     ...              torch.tensor([[6, 7], [8, 0]]), torch.tensor([[1, 1], [1, 0]]), torch.tensor([0, 0]),
@@ -51,6 +76,10 @@ def pack(
     [[0, 1], [0, 0]]
     """
     rows = _packed_rows(prompt_mask, completion_mask, groups)
+    shared = rows.first[rows.slot]  # each row's group's first row, whose prompt the packed row holds
+    masked = prompt_ids * prompt_mask
+    if not (torch.equal(prompt_mask, prompt_mask[shared]) and torch.equal(masked, masked[shared])):
+        raise ValueError("rows packed as one group have different prompts: group them with prompt_groups")
     k, t = rows.slot_prompt.numel(), int(rows.size.max())
     input_ids = torch.zeros(k, t, dtype=prompt_ids.dtype, device=prompt_ids.device)
     position_ids = torch.zeros(k, t, dtype=torch.long, device=prompt_ids.device)

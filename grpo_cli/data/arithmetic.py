@@ -6,6 +6,9 @@ import itertools
 import operator
 import random
 
+from grpo_cli.config.checks import fail
+from grpo_cli.errors import GrpoError
+
 OPERATIONS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 
 
@@ -18,10 +21,16 @@ def arithmetic_examples(num_examples: int, max_operand: int, operations: list[st
     >>> arithmetic_examples(2, 3, ["+"], seed=0)[0]
     {'prompt': '2+2=', 'answer': '4', 'a': '2', 'op': '+', 'b': '2'}
     """
+    # Each named here: drawing no problem would only surface as train.prompts_per_step "more than the
+    # 0 training examples", a key the user never touched.
+    if num_examples < 1:
+        fail("data.num_examples", num_examples, "must be at least 1")
+    if max_operand < 0:
+        fail("data.max_operand", max_operand, "must be >= 0 (operands are 0..max_operand)")
+    if not operations:
+        fail("data.operations", operations, f"must name at least one of {', '.join(OPERATIONS)}")
     unknown = [op for op in operations if op not in OPERATIONS]
     if unknown:
-        from grpo_cli.errors import GrpoError
-
         raise GrpoError(f"data.operations: unknown {unknown}; choose from {list(OPERATIONS)}")
     operands = range(max_operand + 1)
     problems = list(itertools.product(operands, operations, operands))

@@ -7,6 +7,7 @@ import random
 from importlib.resources import as_file, files
 from typing import Any
 
+from grpo_cli.config.checks import fail
 from grpo_cli.config.schema import DataConfig
 from grpo_cli.data.arithmetic import arithmetic_examples
 from grpo_cli.data.jsonl import read_jsonl_prompts
@@ -23,6 +24,8 @@ log = logging.getLogger("grpo")
 
 def load_examples(cfg: DataConfig) -> list[dict[str, Any]]:
     """All examples the config selects, before the train/eval split."""
+    if cfg.max_examples < 0:  # a negative cap would slice off the last rows, silently
+        fail("data.max_examples", cfg.max_examples, "must be >= 0 (0: all)")
     if cfg.kind == "arithmetic":
         examples = arithmetic_examples(cfg.num_examples, cfg.max_operand, list(cfg.operations), cfg.seed)
     elif cfg.kind in PACKAGED:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from grpo_cli.config.env_checks import check_environment_data, validate_env
 from grpo_cli.config.schema import ENVIRONMENTS, EnvConfig, SandboxConfig
 from grpo_cli.environments.base import Environment, ToolEnvironment, TRLEnvironment
 from grpo_cli.errors import GrpoError
@@ -14,6 +15,7 @@ from grpo_cli.errors import GrpoError
 __all__ = [
     "COLUMNS",
     "ENVIRONMENTS",
+    "ENV_ERROR",
     "Environment",
     "EnvironmentSpec",
     "environment_columns",
@@ -32,6 +34,7 @@ class EnvironmentSpec:
     new: Callable[[], Any]  # a fresh environment object
     tools: list[Callable[..., Any]]  # offered through the chat template ([] for none)
     columns: tuple[str, ...] = ()  # per-row columns beyond the ones every environment reports (COLUMNS)
+    workers: int | None = None  # at most this many of its calls at once (bounded_calls); None: every row at once
 
 
 def trajectory_tokens(env: EnvConfig, max_new_tokens: int) -> int:
@@ -54,15 +57,26 @@ def longest_prompt(max_prompt_tokens: int, env: EnvConfig, max_new_tokens: int) 
     return max_prompt_tokens + trajectory_tokens(env, max_new_tokens) - max_new_tokens
 
 
-COLUMNS = ("env_reward", "env_error", "env_turns")  # what every trajectory reports to the reward functions
+# A multi-turn rollout's column: why the row's environment failed, None where it did not. Here, where the
+# rollout that writes it and the rewards that read it may both import it (generation knows nothing of scoring).
+ENV_ERROR = "env_error"
+COLUMNS = ("env_reward", ENV_ERROR, "env_turns")  # what every trajectory reports to the reward functions
 TOOL_COLUMNS = ("env_tool_calls", "env_tool_errors")  # ToolEnvironment.columns()
 
 
-def environment_columns(env: EnvConfig, sandbox: SandboxConfig) -> list[str]:
+def environment_columns(
+    env: EnvConfig, sandbox: SandboxConfig, examples: list[dict[str, Any]] | None = None
+) -> list[str]:
     """The columns a run's reward functions get from its environment beyond the data's (none for
-    env=none), so start-up can check the functions' signatures against them."""
+    env=none), so start-up can check the functions' signatures against them. Given the data's
+    rows (`examples`), also whether they hold what the environment needs (code_feedback's tests, a
+    conversation for tools), so a run that could only train on nothing fails now."""
     spec = load_environment(env, sandbox)
-    return [] if spec is None else [*COLUMNS, *spec.columns]
+    if spec is None:
+        return []
+    if examples is not None:
+        check_environment_data(env, [tool.__name__ for tool in spec.tools], examples)
+    return [*COLUMNS, *spec.columns]
 
 
 def _import(target: str, what: str) -> Any:
@@ -80,6 +94,22 @@ def _import(target: str, what: str) -> Any:
     return getattr(module, attr)
 
 
+def _build(cls: type, kwargs: dict[str, Any], env: EnvConfig) -> Any:
+    """One instance of the user's class, built as each trajectory's will be: a class that cannot be
+    built so fails here in one line naming env.target, not on every row of every step."""
+    how = "with no arguments (TRL builds it so)" if env.name == "trl" else f"with env.kwargs={kwargs}"
+    try:
+        inspect.signature(cls).bind(**kwargs)
+    except TypeError as err:
+        raise GrpoError(f"env.target={env.target!r} cannot be built {how}: {err}") from None
+    except ValueError:  # no signature to read (a class written in C): building it says
+        pass
+    try:
+        return cls(**kwargs)
+    except Exception as err:  # the user's __init__: its failure, in one line
+        raise GrpoError(f"env.target={env.target!r}: building it {how} raised {type(err).__name__}: {err}") from None
+
+
 def load_environment(env: EnvConfig, sandbox: SandboxConfig) -> EnvironmentSpec | None:
     """The spec for `env.name`, or None for `env=none` (one model turn, as without environments).
     Everything a typo would break is checked here, before any model loads: the target imports, a
@@ -87,22 +117,15 @@ def load_environment(env: EnvConfig, sandbox: SandboxConfig) -> EnvironmentSpec 
     from grpo_cli.environments.builtin import CalculatorEnvironment, CodeFeedbackEnvironment
     from grpo_cli.rollout.chat_turns import tool_schemas
 
-    if env.name not in ENVIRONMENTS:
-        raise GrpoError(f"env.name={env.name!r}: must be one of {', '.join(ENVIRONMENTS)}")
+    validate_env(env)  # a library caller may not have run the command's checks
     if env.name == "none":
         return None
-    if env.max_turns < 1:
-        raise GrpoError(f"env.max_turns={env.max_turns}: a trajectory has at least one model turn")
-    if env.timeout_s <= 0:
-        raise GrpoError(f"env.timeout_s={env.timeout_s}: must be > 0")
-    if env.name in ("custom", "trl") and not env.target:
-        raise GrpoError(f"env={env.name} needs env.target=module:Class (the environment class)")
-    if env.name == "tools" and not env.tools:
-        raise GrpoError("env=tools needs env.tools=[module:function,...] (the tool functions)")
     if env.name == "calculator":
         spec = EnvironmentSpec("calculator", CalculatorEnvironment, CalculatorEnvironment().tools, TOOL_COLUMNS)
     elif env.name == "code_feedback":
-        spec = EnvironmentSpec("code_feedback", lambda: CodeFeedbackEnvironment(sandbox), [], ("env_turn_scores",))
+        columns = ("env_turn_scores",)
+        workers = CodeFeedbackEnvironment.workers(sandbox)  # sandbox.workers sessions at once, as code_tests
+        spec = EnvironmentSpec("code_feedback", lambda: CodeFeedbackEnvironment(sandbox), [], columns, workers)
     elif env.name == "tools":
         functions = [_import(target, "tools") for target in env.tools]
         spec = EnvironmentSpec("tools", lambda: ToolEnvironment(functions), functions, TOOL_COLUMNS)
@@ -111,7 +134,12 @@ def load_environment(env: EnvConfig, sandbox: SandboxConfig) -> EnvironmentSpec 
         if not inspect.isclass(cls):
             raise GrpoError(f"env.target={env.target!r} is not a class")
         if env.name == "trl":
-            tools = TRLEnvironment(cls()).tools
+            if not callable(getattr(cls, "reset", None)):
+                raise GrpoError(
+                    f"env.target={env.target!r}: a TRL environment class needs reset(**row), which TRL calls "
+                    "before every episode; it has none"
+                )
+            tools = TRLEnvironment(_build(cls, {}, env)).tools
             spec = EnvironmentSpec(f"trl:{env.target}", lambda: TRLEnvironment(cls()), tools, TOOL_COLUMNS)
         else:
             missing = [name for name in ("reset", "step") if not callable(getattr(cls, name, None))]
@@ -121,7 +149,7 @@ def load_environment(env: EnvConfig, sandbox: SandboxConfig) -> EnvironmentSpec 
                     f"it has no {' or '.join(missing)} (a TRL environment class: env=trl)"
                 )
             kwargs = dict(env.kwargs)
-            tools = list(getattr(cls(**kwargs), "tools", None) or [])
+            tools = list(getattr(_build(cls, kwargs, env), "tools", None) or [])
             names = tuple(getattr(cls, "column_names", ()))  # the keys its columns() returns, declared
             spec = EnvironmentSpec(f"custom:{env.target}", lambda: cls(**kwargs), tools, names)
     tool_schemas(spec.tools)  # a tool without hints or docstring fails now, naming it

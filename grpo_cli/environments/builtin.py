@@ -23,19 +23,42 @@ _OPERATORS = {
     ast.UAdd: operator.pos,
 }
 MAX_EXPONENT = 64  # a model asking for 9**9**9 gets an error, not a stalled rollout
+# Every int the calculator makes stays under 2**MAX_RESULT_BITS (~308 digits, a float's range),
+# checked BEFORE each operation: an int operation holds the GIL, so a deadline could not stop it
+# ((((10**64)**64)**64)**64 held it 20 s); on operands this size each one takes microseconds.
+MAX_RESULT_BITS = 1024
+
+
+def _result_bits(op: ast.operator, left: float | int, right: float | int) -> int:
+    """An upper bound on the bits of `left op right` for two ints, known without computing it;
+    0 when a float is involved (a float operation costs the same whatever its value)."""
+    if not (isinstance(left, int) and isinstance(right, int)):
+        return 0
+    a, b = left.bit_length(), right.bit_length()
+    if isinstance(op, ast.Pow):
+        return a * max(right, 0)  # a negative exponent gives a float
+    if isinstance(op, ast.Mult):
+        return a + b
+    return max(a, b) + 1  # + - and the divisions: never more than the larger operand and a carry
 
 
 def _evaluate(node: ast.AST) -> float | int:
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
-        return node.value
-    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+        value = node.value
+    elif isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
         left, right = _evaluate(node.left), _evaluate(node.right)
         if isinstance(node.op, ast.Pow) and abs(right) > MAX_EXPONENT:
             raise ValueError(f"exponent {right} is over {MAX_EXPONENT}")
-        return _OPERATORS[type(node.op)](left, right)
-    if isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
-        return _OPERATORS[type(node.op)](_evaluate(node.operand))
-    raise ValueError(f"only numbers and + - * / // % ** are allowed, not {ast.unparse(node)!r}")
+        if _result_bits(node.op, left, right) > MAX_RESULT_BITS:
+            raise ValueError(f"the result would be over {MAX_RESULT_BITS} bits (about 308 digits): not computed")
+        value = _OPERATORS[type(node.op)](left, right)
+    elif isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
+        value = _OPERATORS[type(node.op)](_evaluate(node.operand))
+    else:
+        raise ValueError(f"only numbers and + - * / // % ** are allowed, not {ast.unparse(node)!r}")
+    if isinstance(value, int) and value.bit_length() > MAX_RESULT_BITS:  # a literal written that long
+        raise ValueError(f"the result would be over {MAX_RESULT_BITS} bits (about 308 digits): not computed")
+    return value
 
 
 def calculate(expression: str) -> str:
@@ -76,6 +99,14 @@ class CodeFeedbackEnvironment:
         self.sandbox = sandbox
         self.task: Any = None
         self.turn_scores: list[float | None] = []
+
+    @staticmethod
+    def workers(sandbox: SandboxConfig) -> int:
+        """Steps run at once: each runs the tests in a sandboxed session, and sessions keep to
+        the bound code_tests keeps to (`sandbox.workers`, at most the cores)."""
+        from grpo_cli.rewards.code.sandbox import session_workers
+
+        return session_workers(sandbox)
 
     def reset(self, example: dict[str, Any]) -> str | None:
         from grpo_cli.rewards.code.judge import Task

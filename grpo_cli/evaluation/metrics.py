@@ -13,6 +13,7 @@ import difflib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from grpo_cli.config.schema import EvalMetricsConfig
 from grpo_cli.errors import GrpoError
@@ -84,6 +85,7 @@ class ScoredSamples:
     per_function: dict[str, list[float]] = field(default_factory=dict)
     lengths: list[float] = field(default_factory=list)
     truncated: list[float] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)  # the completions themselves, where the caller kept them
 
     def add(
         self,
@@ -91,11 +93,13 @@ class ScoredSamples:
         per_function: dict[str, Sequence[float]],
         lengths: Sequence[float | None],
         truncated: Sequence[bool | None],
+        texts: Sequence[str] = (),
     ) -> None:
         """Append one scored batch of whole groups."""
         if len(fused) % self.group_size or not len(fused) == len(lengths) == len(truncated):
             raise ValueError(f"a batch of {len(fused)} completions is not whole groups of {self.group_size}")
         self.fused.extend(fused)
+        self.texts.extend(texts)
         for name, values in per_function.items():
             self.per_function.setdefault(name, []).extend(values)
         self.lengths.extend(math.nan if n is None else float(n) for n in lengths)
@@ -143,3 +147,27 @@ def sample_metrics(samples: ScoredSamples, rule: SuccessRule, ks: Sequence[int] 
     out["length/mean"] = nanmean(samples.lengths)
     out["truncated/rate"] = nanmean(samples.truncated)
     return out
+
+
+def greedy_answers(prompts: Sequence[Any], samples: ScoredSamples, rule: SuccessRule) -> list[dict[str, Any]]:
+    """Each prompt's greedy answer as `grpo eval` writes it to eval.json: the figures say how often
+    the model is right, these say what it answered, for reading beside them (and for a diff of two runs).
+
+    >>> s = ScoredSamples(1)
+    >>> s.add([1.0, 0.0], {"em": [1.0, 0.0]}, [2, 3], [False, True], ["8", "71"])
+    >>> greedy_answers(["3+5=", "6+6="], s, SuccessRule("em", 1.0))[1]
+    {'prompt': '6+6=', 'answer': '71', 'solved': False, 'reward': 0.0, 'rewards': {'em': 0.0}, 'truncated': True}
+    """
+    if samples.group_size != 1 or not len(prompts) == len(samples.texts) == len(samples.fused):
+        raise ValueError("greedy answers need one scored completion, with its text, per prompt")
+    return [
+        {
+            "prompt": prompt,
+            "answer": samples.texts[i],
+            "solved": rule(samples.per_function[rule.name][i]),
+            "reward": samples.fused[i],
+            "rewards": {name: values[i] for name, values in samples.per_function.items()},
+            "truncated": samples.truncated[i] == 1.0,
+        }
+        for i, prompt in enumerate(prompts)
+    ]

@@ -23,6 +23,7 @@ from rich.text import Text
 
 from grpo_cli.monitor.heartbeat import Heartbeat
 from grpo_cli.monitor.observer import StepResult, completions_due, reward_function_names
+from grpo_cli.monitor.repeats import AlertRepeats
 from grpo_cli.stats import column_mean
 
 ALERTS_SHOWN = 5  # the live panel keeps the latest alerts in view; all are also printed above it
@@ -119,6 +120,7 @@ class TrainingConsole:
         self.completions_every = completions_every
         self.completions_to_print = completions_to_print
         self.alerts: deque[tuple[int, str]] = deque(maxlen=ALERTS_SHOWN)
+        self.repeats = AlertRepeats()  # an alert firing every step is printed a few times, then summarised
         self.last: StepResult | None = None
         self.progress = Progress(
             TextColumn("[bold]train"),
@@ -143,6 +145,9 @@ class TrainingConsole:
         self.heartbeat.__exit__(*exc)
         if self.live is not None:
             self.live.stop()
+        for line in self.repeats.summary():  # what the quiet repeats were, once, in every mode
+            self.console.print(f"[bold yellow]{escape(line)}[/]", highlight=False, soft_wrap=True)
+            to_log_files(logging.WARNING, line)
 
     def resumed_at(self, step: int) -> None:
         """Steps a resumed run already has count towards done/total, not towards the ETA's rate."""
@@ -159,9 +164,11 @@ class TrainingConsole:
                 shown = f"[bold cyan]step {result.step}:[/] {escape(event)}"
                 self.console.print(shown, highlight=False, soft_wrap=True)
             to_log_files(logging.INFO, f"step {result.step}: {event}")
-        for alert in result.alerts:  # printed above the panel (or the lines), in every mode
-            shown = f"[bold yellow]alert (step {result.step}):[/] {escape(alert)}"
-            self.console.print(shown, highlight=False, soft_wrap=True)
+        for alert in result.alerts:  # printed above the panel (or the lines), in every mode; repeats sparingly
+            note = self.repeats.note(result.step, alert)
+            if note is not None:
+                shown = f"[bold yellow]alert (step {result.step}{note}):[/] {escape(alert)}"
+                self.console.print(shown, highlight=False, soft_wrap=True)
             to_log_files(logging.WARNING, f"alert (step {result.step}): {alert}")
             self.alerts.append((result.step, alert))
         self._print_completions(result)

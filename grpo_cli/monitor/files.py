@@ -24,6 +24,8 @@ def _finite_or_none(value: Any) -> Any:
         return None
     if isinstance(value, dict):
         return {k: _finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, list):  # eval.json's greedy answers, one record each
+        return [_finite_or_none(v) for v in value]
     return value
 
 

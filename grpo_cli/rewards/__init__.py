@@ -8,9 +8,10 @@ no core imports here: a library user can score completions with the code the tra
 from grpo_cli.rewards.batch import COMPLETION_LENGTHS, RewardBatch
 from grpo_cli.rewards.builtin import BUILTIN_REWARDS
 from grpo_cli.rewards.executor import BatchScores, RewardExecutor, concat_scores
-from grpo_cli.rewards.fusion import FusionResult, NoRewardLeft, RewardFusion, fuse_rewards, score_and_fuse, score_batch
+from grpo_cli.rewards.fusion import EnvironmentDown, FusionResult, NoRewardLeft, RewardFusion
 from grpo_cli.rewards.reward_model import RewardModelScorer
 from grpo_cli.rewards.rows import RowScores, score_each
+from grpo_cli.rewards.scoring import fuse_rewards, score_and_fuse, score_batch, with_environment_columns
 from grpo_cli.rewards.sources import (
     RewardSource,
     check_columns,
@@ -23,6 +24,7 @@ __all__ = [
     "BUILTIN_REWARDS",
     "COMPLETION_LENGTHS",
     "BatchScores",
+    "EnvironmentDown",
     "FusionResult",
     "NoRewardLeft",
     "RewardBatch",
@@ -40,4 +42,5 @@ __all__ = [
     "score_each",
     "score_and_fuse",
     "score_batch",
+    "with_environment_columns",
 ]

@@ -15,6 +15,7 @@ timeouts) only works in the main thread: give it `timeout_s: 0` or `parallel: tr
 from __future__ import annotations
 
 import importlib
+import inspect
 import math
 import multiprocessing
 import signal
@@ -29,8 +30,8 @@ from typing import Any
 
 from grpo_cli.rewards.batch import COMPLETION_IDS
 from grpo_cli.rewards.rows import RowScores, describe
-from grpo_cli.rewards.sources import RewardSource, names_completion_ids, required_columns
-from grpo_cli.rewards.trl_style import LoggedScores
+from grpo_cli.rewards.sources import RewardSource, required_columns
+from grpo_cli.rewards.trl_style import MULTI_TURN_COLUMNS, LoggedScores
 
 POOL_START_TIMEOUT_S = 120.0  # spawning workers and importing reward modules; not counted in a call's timeout
 CLOSE_GRACE_S = 5.0  # close() lets idle workers exit this long before terminating them
@@ -51,10 +52,14 @@ class BatchScores:
     # what a TRL-style function logged (`LoggedScores`): log_metric's name -> values, log_extra's column -> rows
     logged: dict[str, list[float]] = field(default_factory=dict)
     extra: dict[str, list[Any]] = field(default_factory=dict)
+    # rows a multi-turn rollout's environment failed -> why (its env_error): NaN, and never the function's
+    # failure, for the function had nothing of that row's to judge (rewards.scoring.with_environment_columns)
+    env_failed: dict[int, str] = field(default_factory=dict)
 
     def judged(self) -> list[float]:
-        """The values of the rows the function was given (a row missing a column it needs was not)."""
-        skipped = {i for rows in self.missing.values() for i in rows}
+        """The values of the rows the function was given something to judge on: not a row missing a
+        column it needs (the data's gap), nor a row whose environment failed (the environment's)."""
+        skipped = {i for rows in self.missing.values() for i in rows} | set(self.env_failed)
         return [v for i, v in enumerate(self.values) if i not in skipped]
 
 
@@ -74,10 +79,12 @@ def concat_scores(parts: list[dict[str, BatchScores]], concurrent: bool = False)
     for name in parts[0]:
         values: list[float] = []
         row_errors: dict[int, str] = {}
+        env_failed: dict[int, str] = {}
         missing: dict[str, list[int]] = {}
         for part in parts:
             s = part[name]
             row_errors.update({len(values) + row: error for row, error in s.row_errors.items()})
+            env_failed.update({len(values) + row: why for row, why in s.env_failed.items()})
             for column, rows in s.missing.items():
                 missing.setdefault(column, []).extend(len(values) + row for row in rows)
             values += s.values
@@ -90,7 +97,7 @@ def concat_scores(parts: list[dict[str, BatchScores]], concurrent: bool = False)
                 logged.setdefault(metric, []).extend(logged_values)
         columns = dict.fromkeys(c for part in parts for c in part[name].extra)
         extra = {c: [v for p in parts for v in p[name].extra.get(c, [None] * len(p[name].values))] for c in columns}
-        out[name] = BatchScores(values, error, elapsed, row_errors, missing, non_numeric, logged, extra)
+        out[name] = BatchScores(values, error, elapsed, row_errors, missing, non_numeric, logged, extra, env_failed)
     return out
 
 
@@ -198,10 +205,16 @@ def evaluate_source(
 
 def visible_columns(fn: Callable[..., Any], columns: dict[str, list[Any]]) -> dict[str, list[Any]]:
     """The batch's columns for `fn`: `completion_ids` only if it names that parameter (token ids are
-    bulky, and a function written before they were passed keeps the columns it was written for)."""
-    if COMPLETION_IDS not in columns or names_completion_ids(fn):
+    bulky, and a function written before they were passed keeps the columns it was written for);
+    likewise a multi-turn rollout's environment instances and conversations (`MULTI_TURN_COLUMNS`)."""
+    hidden = [c for c in (COMPLETION_IDS, *MULTI_TURN_COLUMNS) if c in columns]
+    if not hidden:
         return columns
-    return {k: v for k, v in columns.items() if k != COMPLETION_IDS}
+    try:
+        named = set(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        named = set()
+    return {k: v for k, v in columns.items() if k not in hidden or k in named}
 
 
 def _row_columns(extra: dict[str, list[Any]], n: int) -> dict[str, list[Any]]:
@@ -351,7 +364,10 @@ class RewardExecutor:
             source = pending.popleft()
             timeout = self._timeout(source)
             try:
-                future = self._pool.submit(evaluate_source, source.fn, source.kwargs, *args)
+                prompts, completions, columns = args  # a worker gets only the columns its function sees
+                future = self._pool.submit(
+                    evaluate_source, source.fn, source.kwargs, prompts, completions, visible_columns(source.fn, columns)
+                )
             except BrokenProcessPool as err:  # a worker died on an earlier call
                 future = Future()
                 future.set_exception(err)

@@ -5,20 +5,22 @@ either `weighted_mean` (R = Σ_valid w_i r̂_i / Σ_valid w_i) or `normalize_the
 z-scores, then Σ_valid w_i z_i, GDPO-style). A sample no function scored stays NaN (unscorable).
 A function that fails `max_consecutive_failures` batches in a row is masked and its fallback
 takes its weight. The weight effect says how much of the fused reward's variance each drives.
+
+Rows a multi-turn rollout's environment failed (`BatchScores.env_failed`) are the environment's: NaN,
+never counted against a function; an environment that fails every row of `max_consecutive_failures`
+batches in a row stops the run (`EnvironmentDown`). Calling the functions is `rewards.scoring`'s.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from grpo_cli.config.schema import NORMALIZATIONS, ON_ROW_ERROR, RewardConfig
 from grpo_cli.errors import GrpoError
-from grpo_cli.rewards.batch import RewardBatch
-from grpo_cli.rewards.executor import BatchScores, RewardExecutor
+from grpo_cli.rewards.executor import BatchScores
 from grpo_cli.rewards.sources import RewardSource
 from grpo_cli.stats import STD_EPS, EmaMoments, finite, group_zscores, nanmean, weight_effect, weighted_mean
 
@@ -30,6 +32,12 @@ log = logging.getLogger(__name__)
 class NoRewardLeft(GrpoError):
     """Every reward function is masked: nothing can score a completion, so a step would train on
     nothing (every advantage 0) and the run would end 'successfully' having learnt nothing."""
+
+
+class EnvironmentDown(NoRewardLeft):
+    """The environment failed every row of `reward.max_consecutive_failures` batches in a row: no
+    completion can be scored (a failed row is out of the step), so the run stops as when every
+    function is masked, saying it is the environment's failure, not the reward functions'."""
 
 
 @dataclass
@@ -55,6 +63,7 @@ class FusionResult:
     # log_extra's "<function>/<column>" -> one value per completion (None where a part logged none)
     logged: dict[str, float] = field(default_factory=dict)
     extra: dict[str, list[Any]] = field(default_factory=dict)
+    env_failed: list[int] = field(default_factory=list)  # rows the environment failed: NaN, not a function's doing
 
 
 def sigmoid(x: float) -> float:
@@ -119,6 +128,8 @@ class RewardFusion:
         self._failures = {s.name: 0 for s in self.sources}
         self._last_error: dict[str, str | None] = {s.name: None for s in self.sources}
         self.masked: list[str] = []  # in the order they were masked
+        self._env_failures = 0  # batches in a row whose every row the environment failed
+        self._env_error: str | None = None  # the last of them's first env_error
 
     @classmethod
     def from_config(cls, sources: list[RewardSource], reward: RewardConfig) -> RewardFusion:
@@ -152,7 +163,9 @@ class RewardFusion:
     def _record(self, name: str, batch: BatchScores) -> str | None:
         """Count a failed batch (raised, or nothing valid); return an alert if this one masks it."""
         judged = batch.judged()  # rows missing a column it needs are the data's gap, not its failure
-        failed = batch.error is not None or (len(judged) > 0 and not finite(judged))
+        if not judged and batch.error is None:
+            return None  # nothing to judge (every row the environment's or the data's gap): no evidence either way
+        failed = batch.error is not None or not finite(judged)
         if not failed:
             self._failures[name] = 0
             return None
@@ -215,6 +228,9 @@ class RewardFusion:
         """
         n = _batch_length(scores, group_size)
         batches = {s.name: scores.get(s.name, BatchScores([math.nan] * n, "not scored")) for s in self.sources}
+        env_failed = {row: why for b in scores.values() for row, why in b.env_failed.items()}
+        if update_state:
+            self._record_environment(env_failed, n)
         alerts = self._record_failures(batches) if update_state else []
         alerts += self._row_alerts(batches, n)
         effective = self.effective_weights(weights)
@@ -244,7 +260,25 @@ class RewardFusion:
             contributions=contributions,
             logged={f"{s.name}/{k}": nanmean(v) for s in self.sources for k, v in batches[s.name].logged.items()},
             extra={f"{s.name}/{k}": v for s in self.sources for k, v in batches[s.name].extra.items()},
+            env_failed=sorted(env_failed),
         )
+
+    def _record_environment(self, env_failed: dict[int, str], n: int) -> None:
+        """Count a batch whose every row the environment failed; stop the run (EnvironmentDown) at
+        `max_consecutive_failures` of them in a row, as when every function is masked: nothing can
+        be scored. A batch with any row left resets the count (the run goes on, the step's
+        environment alert names the failed rows)."""
+        if not env_failed or len(env_failed) < n:
+            self._env_failures = 0
+            return
+        self._env_failures += 1
+        self._env_error = env_failed[min(env_failed)]
+        if self._env_failures >= self.max_consecutive_failures:
+            raise EnvironmentDown(
+                f"the environment failed every row of reward.max_consecutive_failures={self.max_consecutive_failures} "
+                f"batches in a row (last: {self._env_error}): nothing is left to score completions, and the "
+                "reward functions were never at fault"
+            )
 
     def _record_failures(self, batches: dict[str, BatchScores]) -> list[str]:
         """Count each active function's failed batch; the masking alerts. Refuses to go on once
@@ -345,6 +379,8 @@ class RewardFusion:
             "failures": dict(self._failures),
             "last_error": dict(self._last_error),
             "masked": list(self.masked),
+            "env_failures": self._env_failures,
+            "env_error": self._env_error,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -359,94 +395,5 @@ class RewardFusion:
             if name in self._last_error:
                 self._last_error[name] = error
         self.masked = [name for name in state.get("masked", []) if name in self._by_name]
-
-
-def score_batch(
-    executor: RewardExecutor,
-    fusion: RewardFusion,
-    batch: RewardBatch,
-    combine: Callable[[dict[str, BatchScores]], dict[str, BatchScores]] | None = None,
-) -> dict[str, BatchScores]:
-    """Every source's raw scores for `batch`, by name, before any fusion: each source not masked
-    is called (a masked one is not called again and scores NaN).
-
-    Apart from `score_and_fuse` so a caller can look at a batch's scores before deciding what to
-    fuse: dynamic sampling (training/dynamic_sampling.py) scores every draw once and fuses only
-    the groups it keeps. `combine`: see `score_and_fuse`."""
-    n = len(batch)
-    active = [s for s in fusion.sources if s.name not in fusion.masked]
-    scores = executor.run(active, batch.prompts, batch.completions, batch.columns)
-    for s in fusion.sources:  # masked ones still carry the batch length when nothing else does
-        scores.setdefault(s.name, BatchScores([math.nan] * n))
-    if not scores:  # no reward configured: nothing can score anything
-        scores = {"": BatchScores([math.nan] * n)}
-    return combine(scores) if combine is not None else scores
-
-
-ENV_ERROR = "env_error"  # a multi-turn rollout's column: why the row's environment failed, None where it did not
-
-
-def with_environment_columns(
-    batch: RewardBatch,
-    columns: dict[str, list[Any]],
-    combine: Callable[[dict[str, BatchScores]], dict[str, BatchScores]] | None,
-) -> Callable[[dict[str, BatchScores]], dict[str, BatchScores]] | None:
-    """A multi-turn rollout's per-row environment columns (env_reward, env_turn_scores, ...) join the
-    batch's; the returned `combine` first sets every function's score None (NaN) on the rows whose
-    environment failed, so those rows are out of the step whatever a function made of their text.
-    Not a row error: `on_row_error=zero` would score them 0 and train on them (the trainer's
-    environment alert names the failure instead)."""
-    if not columns:
-        return combine
-    batch.columns.update(columns)
-    failed = [i for i, why in enumerate(columns.get(ENV_ERROR) or []) if why is not None]
-    if not failed:
-        return combine
-
-    def mark(scores: dict[str, BatchScores]) -> dict[str, BatchScores]:
-        for result in scores.values():
-            for i in failed:
-                result.values[i] = math.nan
-        return scores if combine is None else combine(scores)
-
-    return mark
-
-
-def score_and_fuse(
-    executor: RewardExecutor,
-    fusion: RewardFusion,
-    batch: RewardBatch,
-    weights: dict[str, float] | None = None,
-    update_state: bool = True,
-    grouped: bool = True,
-    combine: Callable[[dict[str, BatchScores]], dict[str, BatchScores]] | None = None,
-) -> FusionResult:
-    """The one scoring path of train, score and eval: call every source not masked (a masked one
-    is not called again), then fuse.
-
-    `combine` (data-parallel training) turns this process's scores into the global batch's, in
-    process order, before the fusion: normalisation statistics, failure counts and masks then
-    see every completion, and every process fuses the same batch into the same state."""
-    scores = score_batch(executor, fusion, batch, combine)
-    return fusion.fuse(scores, batch.group_size, weights, update_state=update_state, grouped=grouped)
-
-
-def fuse_rewards(
-    sources: list[RewardSource],
-    weights: dict[str, float] | None,
-    prompts: list[Any],
-    completions: list[str],
-    columns: dict[str, list[Any]],
-) -> tuple[list[float], dict[str, list[float]]]:
-    """One-shot and stateless (no running stats, no masking, no timeouts, the batch as one group):
-    (fused reward per completion, raw values per function). For a library user scoring a list;
-    training keeps a RewardFusion across batches and calls score_and_fuse.
-
-    >>> from grpo_cli.rewards.builtin import exact_match
-    >>> fuse_rewards([RewardSource("em", exact_match)], None, ["1+1="] * 2, ["2", "3"], {"answer": ["2", "2"]})
-    ([1.0, 0.0], {'em': [1.0, 0.0]})
-    """
-    batch = RewardBatch(list(prompts), list(completions), dict(columns), max(1, len(completions)))
-    with RewardExecutor(num_workers=0, default_timeout_s=None) as executor:
-        result = score_and_fuse(executor, RewardFusion(sources), batch, weights)
-    return result.fused, result.per_function
+        self._env_failures = int(state.get("env_failures", 0))  # a checkpoint from before it counted: 0
+        self._env_error = state.get("env_error")

@@ -13,6 +13,7 @@ import importlib
 import inspect
 import pickle
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,8 +79,14 @@ def _import_target(target: str) -> Callable[..., Any]:
     module_name, attr = target.split(":", 1)
     try:
         module = import_module_here(module_name)
+    except SyntaxError as err:  # the user's file: where to look, not Python's import machinery
+        raise GrpoError(f"reward target '{target}': {err.filename}:{err.lineno}: SyntaxError: {err.msg}") from None
     except ImportError as err:
         raise GrpoError(f"reward target '{target}': cannot import {module_name}: {err}") from None
+    except Exception as err:  # the user's module raised as it ran (a missing API key, a bad path)
+        frame = traceback.extract_tb(err.__traceback__)[-1]
+        raised = f"{type(err).__name__}: {err} ({frame.filename}:{frame.lineno})"
+        raise GrpoError(f"reward target '{target}': importing it raised {raised}") from None
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise GrpoError(f"reward target '{target}': {module_name} has no function {attr}")

@@ -5,6 +5,13 @@ Ours calls `f(prompts, completions, **columns)` with texts. TRL 1.16 calls every
 for a conversational data set hands each prompt as its messages and each completion as
 `[{"role": "assistant", "content": text}]`. A function is called TRL's way when its signature asks
 for it (`calling_convention`), or when its `reward.functions` entry says `calling: trl`.
+
+On a multi-turn rollout (env.*) TRL's trainer, whose environments always run on conversational data,
+hands each completion as the whole conversation after the prompt (every model turn and the
+environment's messages between them) and adds `environments`, each completion's environment
+instance (`environment_factory`'s); so does this wrapper, from the `MULTI_TURN_COLUMNS` the scoring
+adds (`multi_turn_columns`). Those columns reach only a function that names them (the wrapper
+does), as `completion_ids`: they are live objects and whole conversations.
 """
 
 from __future__ import annotations
@@ -20,8 +27,11 @@ if TYPE_CHECKING:
     from transformers import TrainerState
 
 CALLING_CONVENTIONS = ("auto", "grpo", "trl")  # RewardFunctionConfig.calling
+ENVIRONMENTS = "environments"  # TRL's keyword: each completion's environment instance (multi-turn only)
+CONVERSATIONS = "env_messages"  # each multi-turn completion's conversation after the prompt, as messages
+MULTI_TURN_COLUMNS = (ENVIRONMENTS, CONVERSATIONS)  # hidden from a function that does not name them
 # what TRL passes besides prompts, completions and the data's columns; a parameter named so asks for TRL's call
-TRL_KEYWORDS = (COMPLETION_IDS, "trainer_state", "log_extra", "log_metric")
+TRL_KEYWORDS = (COMPLETION_IDS, "trainer_state", "log_extra", "log_metric", ENVIRONMENTS)
 SIGNATURES = (
     "f(prompts, completions, **columns) with texts (grpo's), or TRL's keyword call: "
     "f(completions, **kwargs), f(prompts, completions, completion_ids, **kwargs), ... "
@@ -69,6 +79,17 @@ class LoggedScores(list):
         self.extra: dict[str, list[Any]] = dict(extra or {})
 
 
+def multi_turn_columns(messages: list[Any] | None, environments: list[Any] | None) -> dict[str, list[Any]]:
+    """A multi-turn rollout's conversations and environment instances as batch columns (none for a
+    single-turn rollout, which has neither), for `TrlStyleReward` to hand over as TRL does."""
+    columns: dict[str, list[Any]] = {}
+    if messages is not None:
+        columns[CONVERSATIONS] = [list(conversation) for conversation in messages]
+    if environments is not None:
+        columns[ENVIRONMENTS] = list(environments)
+    return columns
+
+
 def as_messages(prompt: Any) -> list[dict[str, Any]]:
     """A prompt as TRL's conversational data holds it: its messages (a text prompt is one user message)."""
     return list(prompt) if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
@@ -109,9 +130,16 @@ class TrlStyleReward:
         def log_extra(column: str, values: Sequence[Any]) -> None:
             extra[str(column)] = list(values)
 
-        if self.conversational or any(isinstance(p, list) for p in prompts):
+        conversations = columns.pop(CONVERSATIONS, None)
+        environments = columns.pop(ENVIRONMENTS, None)
+        if conversations is not None:  # multi-turn: TRL's environments run on conversational data only
+            prompts = [as_messages(p) for p in prompts]
+            completions = [list(c) for c in conversations]  # type: ignore[misc]
+        elif self.conversational or any(isinstance(p, list) for p in prompts):
             prompts = [as_messages(p) for p in prompts]
             completions = [[{"role": "assistant", "content": c}] for c in completions]  # type: ignore[misc]
+        if environments is not None:  # TRL passes the keyword only when there are environments
+            columns[ENVIRONMENTS] = environments
         offered = {
             "prompts": list(prompts),
             "completions": list(completions),
@@ -127,18 +155,22 @@ class TrlStyleReward:
 
 def _our_signature(fn: Callable[..., Any]) -> inspect.Signature:
     """The signature the start-up checks and the executor read: ours, with the function's own data
-    columns (a parameter without a default is a column it needs) and `completion_ids`."""
+    columns (a parameter without a default is a column it needs), `completion_ids` and the
+    multi-turn columns (named, so the executor hands them over)."""
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError) as err:
         raise GrpoError(f"a TRL-style reward needs an introspectable signature: {err}") from None
-    own = {"prompts", "completions", *TRL_KEYWORDS}
+    own = {"prompts", "completions", *TRL_KEYWORDS, CONVERSATIONS}
     columns = [
         p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
         for p in params
         if p.name not in own and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
     ]
     positional = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in ("prompts", "completions")]
-    ids = inspect.Parameter(COMPLETION_IDS, inspect.Parameter.KEYWORD_ONLY, default=None)
+    named = [
+        inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None)
+        for n in (COMPLETION_IDS, *MULTI_TURN_COLUMNS)
+    ]
     rest = inspect.Parameter("columns", inspect.Parameter.VAR_KEYWORD)
-    return inspect.Signature([*positional, *columns, ids, rest])
+    return inspect.Signature([*positional, *columns, *named, rest])

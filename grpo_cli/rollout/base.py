@@ -15,7 +15,8 @@ TokenProgress = Callable[[int, int], None]
 
 @dataclass
 class Rollout:
-    """G completions per prompt, laid out group by group (rows g*G .. g*G+G-1 share a prompt)."""
+    """G completions per prompt, laid out group by group (rows g*G .. g*G+G-1 share a data prompt;
+    an environment's reset may add text of its own to each row's, so `prompt_ids` may differ)."""
 
     prompt_ids: torch.Tensor  # [N, P] left-padded
     prompt_mask: torch.Tensor  # [N, P]
@@ -23,7 +24,7 @@ class Rollout:
     completion_mask: torch.Tensor  # [N, C] 1 up to and including the first EOS
     truncated: torch.Tensor  # [N] bool: no EOS within max_new_tokens
     texts: list[str]  # decoded completions, EOS and padding removed
-    group_size: int  # G: rows g*G .. g*G+G-1 share a prompt
+    group_size: int  # G: rows g*G .. g*G+G-1 share a data prompt
     # [N, C] log-probs of the sampled tokens under the engine that sampled them, where that engine
     # is not the policy itself (vLLM): algo.rollout_correction weighs by pi_policy / pi_engine
     engine_logps: torch.Tensor | None = None
@@ -34,6 +35,9 @@ class Rollout:
     sampled_mask: torch.Tensor | None = None
     messages: list[list[dict[str, Any]]] | None = None  # each row's conversation after the prompt, as chat messages
     env_columns: dict[str, list[Any]] | None = None  # per-row values the environment reports, as reward columns
+    # each row's environment instance (env=trl: the user's class), live objects for the rewards that name
+    # TRL's `environments` keyword; never written to a file
+    environments: list[Any] | None = None
 
     @property
     def model_mask(self) -> torch.Tensor:
@@ -59,6 +63,7 @@ class Rollout:
             self.sampled_mask[rows] if self.sampled_mask is not None else None,
             [self.messages[i] for i in rows.tolist()] if self.messages is not None else None,
             {k: [v[i] for i in rows.tolist()] for k, v in self.env_columns.items()} if self.env_columns else None,
+            [self.environments[i] for i in rows.tolist()] if self.environments is not None else None,
         )
 
     def token_lists(self) -> list[list[int]]:
@@ -125,32 +130,40 @@ def finish_rollout(
     return Rollout(prompt_ids, prompt_mask, completion_ids, mask, truncated, texts, group_size)
 
 
+def padded(blocks: list[torch.Tensor], value: float, side: str = "right", width: int = 0) -> torch.Tensor:
+    """Rows ([w] each) or blocks of rows ([n, w]) stacked into one [rows, W] tensor, each padded with
+    `value` on `side` to W, the widest (at least `width`): prompts on the left, completions on the
+    right, the layout every Rollout holds. The one padding helper of the rollout loops.
+
+    >>> padded([torch.tensor([5]), torch.tensor([6, 7])], 0, "left").tolist()
+    [[0, 5], [6, 7]]
+    >>> padded([torch.tensor([[1, 2]]), torch.tensor([[3]])], -1, width=3).tolist()
+    [[1, 2, -1], [3, -1, -1]]
+    """
+    rows = [block.unsqueeze(0) if block.dim() == 1 else block for block in blocks]
+    wide = max([width, *(block.size(1) for block in rows)])
+    room = [(wide - block.size(1), 0) if side == "left" else (0, wide - block.size(1)) for block in rows]
+    return torch.cat([torch.nn.functional.pad(block, pad, value=value) for block, pad in zip(rows, room)])
+
+
 def concat_rollouts(parts: list[Rollout], pad_token_id: int) -> Rollout:
     """One Rollout of several (data-parallel processes' shares, in process order): prompts stay
     left-padded and completions right-padded, to the widest part."""
-    width_p = max(r.prompt_ids.size(1) for r in parts)
-    width_c = max(r.completion_ids.size(1) for r in parts)
-
-    def left(t: torch.Tensor, fill: int) -> torch.Tensor:
-        return torch.nn.functional.pad(t, (width_p - t.size(1), 0), value=fill)
-
-    def right(t: torch.Tensor, fill: int) -> torch.Tensor:
-        return torch.nn.functional.pad(t, (0, width_c - t.size(1)), value=fill)
-
     return Rollout(
-        torch.cat([left(r.prompt_ids, pad_token_id) for r in parts]),
-        torch.cat([left(r.prompt_mask, 0) for r in parts]),
-        torch.cat([right(r.completion_ids, pad_token_id) for r in parts]),
-        torch.cat([right(r.completion_mask, 0) for r in parts]),
+        padded([r.prompt_ids for r in parts], pad_token_id, "left"),
+        padded([r.prompt_mask for r in parts], 0, "left"),
+        padded([r.completion_ids for r in parts], pad_token_id),
+        padded([r.completion_mask for r in parts], 0),
         torch.cat([r.truncated for r in parts]),
         [text for r in parts for text in r.texts],
         parts[0].group_size,
-        torch.cat([right(r.engine_logps, 0) for r in parts]) if parts[0].engine_logps is not None else None,
-        torch.cat([right(r.sampled_mask, 0) for r in parts]) if parts[0].sampled_mask is not None else None,
+        padded([r.engine_logps for r in parts], 0) if parts[0].engine_logps is not None else None,
+        padded([r.sampled_mask for r in parts], 0) if parts[0].sampled_mask is not None else None,
         [m for r in parts for m in r.messages] if parts[0].messages is not None else None,
         _concat_columns([r.env_columns or {} for r in parts], [len(r.texts) for r in parts])
         if parts[0].env_columns is not None
         else None,
+        [e for r in parts for e in r.environments] if parts[0].environments is not None else None,
     )
 
 

@@ -9,58 +9,34 @@ sees the environment's tokens as context. The rewards score the last model turn 
 the environment's reward and columns beside it (`env_columns`); the conversation is kept as chat
 messages (`messages`) for the completion files and `grpo rollout`.
 
-Every environment call runs on a thread of its own with `env.timeout_s`: a call that raises or
-does not return in time fails its row (`env_error`; every reward of that row is None), never the
-run. A thread that hangs is left behind (Python cannot stop it), so an environment that hangs
-every call leaks one thread per row: the alert names it.
+Every environment call runs on a thread of its own with `env.timeout_s` from its start, at most
+`EnvironmentSpec.workers` at once (env=code_feedback: `sandbox.workers`), through the runner
+code_tests uses (`grpo_cli.bounded_calls`): a call that raises or does not return in time fails its
+row (`env_error`; every reward of that row is None), never the run. A thread that hangs is left
+behind (Python cannot stop it), so an environment that hangs every call leaks one thread per row:
+the alert names it.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from grpo_cli.bounded_calls import call_all
 from grpo_cli.config.schema import EnvConfig, RolloutConfig, SandboxConfig
-from grpo_cli.environments import EnvironmentSpec, load_environment, trajectory_tokens
-from grpo_cli.rewards.fusion import ENV_ERROR
-from grpo_cli.rollout.base import Generator, Rollout, TokenProgress
+from grpo_cli.environments import ENV_ERROR, EnvironmentSpec, load_environment, trajectory_tokens
+from grpo_cli.errors import GrpoError
+from grpo_cli.rollout.base import Generator, Rollout, TokenProgress, padded
 from grpo_cli.rollout.chat_turns import observation_text, tool_schemas
 from grpo_cli.rollout.prompts import PromptEncoder
 
 log = logging.getLogger("grpo")
 ENV_REWARD = "env_reward"  # the column of the environment's own reward (`reward()`)
 ENV_TURNS = "env_turns"  # the column of model turns per trajectory
-
-
-def call_all(calls: list[Callable[[], Any]], timeout_s: float) -> list[tuple[Any, str | None]]:
-    """Run the calls at once, each on a daemon thread; (value, None), or (None, why) for a call
-    that raised or was still running `timeout_s` after the start."""
-    results: list[tuple[Any, str | None]] = [(None, f"did not return within env.timeout_s={timeout_s:g}s")] * len(calls)
-
-    def run(i: int, call: Callable[[], Any]) -> None:
-        try:
-            results[i] = (call(), None)
-        except Exception as err:  # the environment's failure: that row's, not the run's
-            results[i] = (None, f"{type(err).__name__}: {err}")
-
-    threads = [threading.Thread(target=run, args=(i, c), daemon=True, name="grpo-env") for i, c in enumerate(calls)]
-    for thread in threads:
-        thread.start()
-    deadline = threading.Event()
-    timer = threading.Timer(timeout_s, deadline.set)
-    timer.start()
-    try:
-        for thread in threads:
-            while thread.is_alive() and not deadline.is_set():
-                thread.join(0.01)
-    finally:
-        timer.cancel()
-    return list(results)
 
 
 @dataclass
@@ -110,6 +86,7 @@ class EpisodeGenerator:
         self.max_tokens = trajectory_tokens(env, max_new_tokens)
         self.pad_id = tokenizer.pad_token_id
         self._engine_logps = False
+        self._warned_long = False  # a reset's text took a prompt past the budget, under truncate_left
 
     # ---- the Generator protocol, passed on --------------------------------------------------
     @property
@@ -141,17 +118,21 @@ class EpisodeGenerator:
         """G trajectories per example, laid out group by group as every Rollout is."""
         g = group_size
         rows = [example for example in examples for _ in range(g)]
-        built = call_all([self.spec.new] * len(rows), self.cfg.timeout_s)
+        built = call_all([self.spec.new] * len(rows), self.cfg.timeout_s, self.spec.workers)
         trajectories = [Trajectory(env) for env, _ in built]
         for trajectory, (_, why) in zip(trajectories, built):
             if why is not None:
                 trajectory.fail(f"building {self.spec.name}", why)
-        resets = call_all([self._reset_call(t, row) for t, row in zip(trajectories, rows)], self.cfg.timeout_s)
-        prompts = []
-        for trajectory, row, (added, why) in zip(trajectories, rows, resets):
+        resets = [self._reset_call(t, row) for t, row in zip(trajectories, rows)]
+        resets = call_all(resets, self.cfg.timeout_s, self.spec.workers)
+        prompts, grown = [], []
+        for i, (trajectory, row, (added, why)) in enumerate(zip(trajectories, rows, resets)):
             if why is not None and trajectory.error is None:
                 trajectory.fail("reset", why)
             prompts.append(with_prompt_text(row["prompt"], added if isinstance(added, str) else None))
+            if isinstance(added, str) and added and trajectory.error is None:
+                grown.append(i)
+        self._fit_grown_prompts(trajectories, prompts, grown, encoder)
         first = self._first_turn(prompts, encoder, g, greedy)
         prompt_ids, prompt_mask = first.prompt_ids, first.prompt_mask
         prompt_lists = [ids[mask.bool()].tolist() for ids, mask in zip(prompt_ids, prompt_mask)]
@@ -163,7 +144,8 @@ class EpisodeGenerator:
             active = [i for i, t in enumerate(trajectories) if not t.done]
             if not active:
                 break
-            ids, mask = left_padded([prompt_lists[i] + trajectories[i].tokens for i in active], self.pad_id)
+            contexts = [torch.tensor(prompt_lists[i] + trajectories[i].tokens, dtype=torch.long) for i in active]
+            ids, mask = padded(contexts, self.pad_id, "left"), padded([torch.ones_like(c) for c in contexts], 0, "left")
             device = prompt_ids.device
             turn = self.inner.generate(ids.to(device), mask.to(device), 1, greedy=greedy)
             self._take_turn(trajectories, active, turn, chat)
@@ -174,6 +156,36 @@ class EpisodeGenerator:
         if trajectory.error is not None:
             return lambda: None
         return lambda: trajectory.env.reset(dict(row))
+
+    def _fit_grown_prompts(
+        self, trajectories: list[Trajectory], prompts: list[Any], grown: list[int], encoder: PromptEncoder
+    ) -> None:
+        """data.on_long_prompt for the prompts a reset's text took past the budget, which start-up
+        (fit_prompts) could not see: stop (error), fail the row (skip: unscorable, out of the loss),
+        or keep the last tokens (truncate_left, as the encoder does) and say so once."""
+        counts = encoder.token_counts([prompts[i] for i in grown]) if grown else []
+        long = [(i, n) for i, n in zip(grown, counts) if n > encoder.max_tokens]
+        if not long:
+            return
+        budget, policy = encoder.max_tokens, encoder.on_long_prompt
+        if policy == "error":
+            raise GrpoError(
+                f"{len(long)} of {len(prompts)} prompts are longer than {budget} tokens with the text the "
+                f"environment's reset() added (the longest has {max(n for _, n in long)}); raise "
+                "data.max_prompt_tokens, or set data.on_long_prompt=truncate_left or skip"
+            )
+        if policy == "skip":
+            for i, n in long:
+                why = f"the prompt and its text have {n} tokens, over {budget} (data.on_long_prompt=skip)"
+                trajectories[i].fail("reset", why)
+        elif not self._warned_long:
+            self._warned_long = True  # every step would repeat it
+            log.warning(
+                "%d prompts are longer than %d tokens with the text the environment's reset() added: "
+                "truncated from the left (data.on_long_prompt); not repeated",
+                len(long),
+                budget,
+            )
 
     def _first_turn(self, prompts: list[Any], encoder: PromptEncoder, g: int, greedy: bool) -> Rollout:
         """One prefill per prompt when a group's resets left its prompts alike (the usual case)."""
@@ -202,11 +214,13 @@ class EpisodeGenerator:
             ids = turn.completion_ids[k, : lengths[k]].tolist()[:room]
             logps = turn.engine_logps[k, : len(ids)].tolist() if turn.engine_logps is not None else None
             t.add(ids, sampled=True, logps=logps)
-            t.text, t.turns = turn.texts[k], t.turns + 1
-            t.messages.append({"role": "assistant", "content": turn.texts[k]})
-            t.truncated = not ended[k] or len(ids) < lengths[k]
+            cut = len(ids) < lengths[k]  # the budget ran out mid-turn: the rewards see what is trained
+            t.text = self.tokenizer.decode(ids, skip_special_tokens=True) if cut else turn.texts[k]
+            t.turns += 1
+            t.messages.append({"role": "assistant", "content": t.text})
+            t.truncated = not ended[k] or cut
         stepping = [i for i in active if trajectories[i].error is None]
-        answers = call_all([self._step_call(trajectories[i]) for i in stepping], self.cfg.timeout_s)
+        answers = call_all([self._step_call(trajectories[i]) for i in stepping], self.cfg.timeout_s, self.spec.workers)
         for i, (observation, why) in zip(stepping, answers):
             t = trajectories[i]
             if why is not None:
@@ -250,7 +264,7 @@ class EpisodeGenerator:
     def _finish(self, trajectories: list[Trajectory]) -> None:
         """The environments' rewards and columns, once every trajectory has ended."""
         calls = [self._final_call(t) for t in trajectories]
-        for t, (value, why) in zip(trajectories, call_all(calls, self.cfg.timeout_s)):
+        for t, (value, why) in zip(trajectories, call_all(calls, self.cfg.timeout_s, self.spec.workers)):
             if why is not None and t.error is None:
                 t.fail("reward", why)
             if why is None:
@@ -270,16 +284,13 @@ class EpisodeGenerator:
     def _rollout(
         self, trajectories: list[Trajectory], prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, g: int
     ) -> Rollout:
-        n, width = len(trajectories), max(1, max(len(t.tokens) for t in trajectories))
-        ids = torch.full((n, width), self.pad_id, dtype=torch.long)
-        real, sampled = torch.zeros(n, width, dtype=torch.long), torch.zeros(n, width, dtype=torch.long)
-        logps = torch.zeros(n, width)
-        for i, t in enumerate(trajectories):
-            k = len(t.tokens)
-            ids[i, :k] = torch.tensor(t.tokens, dtype=torch.long)
-            real[i, :k] = 1
-            sampled[i, :k] = torch.tensor(t.sampled, dtype=torch.long)
-            logps[i, :k] = torch.tensor(t.engine_logps)
+        def right(rows: list[list[Any]], dtype: torch.dtype, fill: float) -> torch.Tensor:
+            return padded([torch.tensor(row, dtype=dtype) for row in rows], fill, width=1)  # one column at least
+
+        ids = right([t.tokens for t in trajectories], torch.long, self.pad_id)
+        real = right([[1] * len(t.tokens) for t in trajectories], torch.long, 0)
+        sampled = right([t.sampled for t in trajectories], torch.long, 0)
+        logps = right([t.engine_logps for t in trajectories], torch.float32, 0.0)
         finals = [t.final for t in trajectories]
         names = list(dict.fromkeys(name for columns, _ in finals for name in columns))
         columns: dict[str, list[Any]] = {name: [c.get(name) for c, _ in finals] for name in names}
@@ -300,6 +311,7 @@ class EpisodeGenerator:
             sampled.to(device),
             [t.messages for t in trajectories],
             columns,
+            [getattr(t.env, "obj", t.env) for t in trajectories],  # a TRL class's instance, not its adapter
         )
 
 
@@ -315,18 +327,6 @@ def with_prompt_text(prompt: Any, added: str | None) -> Any:
         return [*messages, {"role": "user", "content": added}]
     messages[users[-1]]["content"] = f"{messages[users[-1]]['content']}\n\n{added}"
     return messages
-
-
-def left_padded(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows of ids, left-padded to the longest (the prompt layout every loop takes)."""
-    width = max(len(row) for row in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros(len(rows), width, dtype=torch.long)
-    for i, row in enumerate(rows):
-        if row:
-            ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
-            mask[i, width - len(row) :] = 1
-    return ids, mask
 
 
 def with_environment(

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from grpo_cli.config.schema import LONG_PROMPT_POLICIES
+from grpo_cli.config.schema import LONG_PROMPT_POLICIES, DataConfig
 from grpo_cli.errors import GrpoError
 from grpo_cli.rollout.chat_turns import render_prompt, renders_tools
 
@@ -37,6 +37,8 @@ class PromptEncoder:
         self.max_tokens = max_tokens
         self.device = device
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        # data.on_long_prompt, which fit_prompts sets: an environment's reset can make a prompt long at run time
+        self.on_long_prompt = DataConfig.on_long_prompt
         self.tool_schemas: list[dict[str, Any]] | None = None  # an environment's tools, offered to the model
         self.template_renders_tools = False  # whether the chat template shows tools= itself (offer_tools)
 
@@ -129,6 +131,7 @@ def fit_prompts(
     if on_long_prompt not in LONG_PROMPT_POLICIES:
         raise GrpoError(f"data.on_long_prompt={on_long_prompt!r}: must be one of {', '.join(LONG_PROMPT_POLICIES)}")
     budget = encoder.max_tokens = prompt_budget(max_prompt_tokens, max_new_tokens, context)
+    encoder.on_long_prompt = on_long_prompt
     prompts = [ex["prompt"] for examples in splits.values() for ex in examples]
     if encoder.chat_template_kwargs and prompts and not any(isinstance(p, list) for p in prompts):
         raise GrpoError(

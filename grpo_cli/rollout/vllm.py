@@ -37,7 +37,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from grpo_cli.config.generation_checks import check_generation_kwargs
 from grpo_cli.config.schema import RolloutConfig
 from grpo_cli.errors import GrpoError
-from grpo_cli.rollout.base import Rollout, TokenProgress, finish_rollout
+from grpo_cli.rollout.base import Rollout, TokenProgress, finish_rollout, padded
 from grpo_cli.rollout.hf import eos_token_ids
 from grpo_cli.rollout.prompts import context_length
 from grpo_cli.rollout.shared_weights import SharedWeights
@@ -277,15 +277,6 @@ def completion_logprobs(outputs: Sequence[Any], num_generations: int) -> list[li
     return rows
 
 
-def right_padded(rows: list[list[int]], pad_id: int, device: torch.device) -> torch.Tensor:
-    """[N, C] token ids, C the longest row, shorter rows padded on the right."""
-    width = max((len(row) for row in rows), default=0)
-    padded = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    for i, row in enumerate(rows):
-        padded[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-    return padded.to(device)
-
-
 class VLLMGenerator:
     """The Generator of `rollout.backend=vllm` (module docstring).
 
@@ -372,14 +363,14 @@ class VLLMGenerator:
         rollout = finish_rollout(
             prompt_ids.repeat_interleave(num_generations, dim=0),
             prompt_mask.repeat_interleave(num_generations, dim=0),
-            right_padded(rows, self.pad_id, prompt_ids.device),
+            padded([torch.tensor(row, dtype=torch.long) for row in rows], self.pad_id).to(prompt_ids.device),
             self.eos_ids,
             self.tokenizer,
             num_generations,
         )
         engine_logps = completion_logprobs(outputs, num_generations)
         if engine_logps is not None:
+            rows_logps = [torch.tensor(row, dtype=torch.float32) for row in engine_logps]
             width = rollout.completion_ids.size(1)
-            padded = [row + [math.nan] * (width - len(row)) for row in engine_logps]
-            rollout.engine_logps = torch.tensor(padded, dtype=torch.float32, device=prompt_ids.device)
+            rollout.engine_logps = padded(rows_logps, math.nan, width=width).to(prompt_ids.device)
         return rollout

@@ -23,7 +23,7 @@ from grpo_cli.core.advantages import group_advantages
 from grpo_cli.data.jsonl import iter_jsonl
 from grpo_cli.errors import GrpoError
 from grpo_cli.rewards import FusionResult, RewardBatch, RewardExecutor, RewardFusion, score_and_fuse
-from grpo_cli.rewards.fusion import with_environment_columns
+from grpo_cli.rewards.scoring import with_environment_columns
 from grpo_cli.rewards.sources import uses_completion_lengths
 from grpo_cli.stats import WeightEffect, Welford
 

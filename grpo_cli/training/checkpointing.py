@@ -8,12 +8,20 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.checkpoint import BASE_MODEL_KEY, latest_checkpoint, load_checkpoint_state, resume_point, save_checkpoint
+from grpo_cli.checkpoint import (
+    BASE_MODEL_KEY,
+    latest_checkpoint,
+    load_checkpoint_state,
+    resume_point,
+    save_checkpoint,
+    set_aside_earlier_run,
+)
 from grpo_cli.config.schema import TrainConfig
 from grpo_cli.core.update import Learner
 from grpo_cli.errors import GrpoError
 from grpo_cli.monitor import truncate_metrics
 from grpo_cli.training.distributed import World
+from grpo_cli.training.interrupt import sigterm_waits
 from grpo_cli.training.resume import check_resume
 from grpo_cli.training.sharding import FULL_OPTIMIZER, full_optimizer_state, load_full_optimizer_state, sharded_run
 from grpo_cli.training.state import TrainState
@@ -42,6 +50,8 @@ def training_state(
         "scheduler": learner.scheduler.state_dict(),
         "scaler": learner.scaler.state_dict() if learner.scaler is not None else None,
         "state": state.state_dict(),
+        # whole only unsharded: with fsdp this would be the main process's shards, which is why
+        # config.train_checks refuses distributed.strategy=fsdp with algo.ref_sync
         "reference": learner.reference.state_dict() if moving_reference else None,
     }
 
@@ -55,8 +65,20 @@ class RunCheckpoints:
         self.sharded = sharded_run(cfg.distributed, world.size)  # optimizer state in shards
 
     def resume_point(self) -> Path | None:
-        """The checkpoint `train.resume` names, its config changes since then logged (an incompatible one fails)."""
-        checkpoint = resume_point(self.cfg.train.resume, self.run_dir)
+        """The checkpoint `train.resume` names, its config changes since then logged (an incompatible one
+        fails). One of this run directory's own checkpoints with later ones beside it is refused: the
+        next plain command would resume from those, over this branch."""
+        setting = self.cfg.train.resume
+        checkpoint, passed_over = resume_point(setting, self.run_dir)
+        for reason in passed_over:  # auto: a newer checkpoint cut short or garbled
+            log.warning("resume: %s: resuming from %s instead", reason, checkpoint.name if checkpoint else None)
+        newest = latest_checkpoint(self.run_dir)
+        if setting not in ("auto", "never") and checkpoint is not None and newest is not None:
+            if self._own(checkpoint) and checkpoint.resolve() != newest.resolve():
+                raise GrpoError(
+                    f"train.resume={setting}: {self.run_dir} holds a later checkpoint ({newest.name}) "
+                    "that the next plain command would resume from instead: branch into another hydra.run.dir"
+                )
         for change in check_resume(checkpoint, self.cfg) if checkpoint is not None else []:
             log.warning("resume: config changed since the checkpoint: %s", change)
         return checkpoint
@@ -65,12 +87,37 @@ class RunCheckpoints:
         """(step, metrics history) to continue from: the checkpoint's, restored into `learner` and
         `state`, or a fresh start's, whose run directory must not keep an older run's metric lines."""
         step = self.restore(checkpoint, learner, state) if checkpoint is not None else 0
+        if self.world.is_main:
+            self._set_aside_another_run(checkpoint)
         history = truncate_metrics(self.run_dir / "metrics.jsonl", step) if self.world.is_main else []
         return step, history
 
+    def _own(self, checkpoint: Path) -> bool:
+        """One of this run directory's checkpoints."""
+        return checkpoint.resolve().parent == (self.run_dir / "checkpoints").resolve()
+
+    def _set_aside_another_run(self, checkpoint: Path | None) -> None:
+        """A run that does not continue the directory's newest checkpoint (train.resume=never, or a
+        PATH elsewhere) moves the earlier run aside, so nothing of it is resumed or mixed in later."""
+        newest = latest_checkpoint(self.run_dir)
+        if newest is None or (checkpoint is not None and self._own(checkpoint)):
+            return  # resuming this directory (its newest readable checkpoint: later ones are refused above)
+        aside = set_aside_earlier_run(self.run_dir)
+        log.warning(
+            "%s holds an earlier run (checkpoints up to %s): this run does not continue it, so it is moved to %s, "
+            "whole; delete that to free the space",
+            self.run_dir,
+            newest.name,
+            aside,
+        )
+
     def save(self, step: int, policy: Policy, learner: Learner, state: TrainState) -> Path:
         """Weights (a LoRA run: its adapter only, peft's files) and tokenizer as Hugging Face files;
-        optimizer, scheduler and TrainState beside them."""
+        optimizer, scheduler and TrainState beside them. A SIGTERM during the write waits for it."""
+        with sigterm_waits():
+            return self._save(step, policy, learner, state)
+
+    def _save(self, step: int, policy: Policy, learner: Learner, state: TrainState) -> Path:
         directory = self.run_dir / "checkpoints" / f"step_{step:06d}"
         optimizer = None
         if self.world.size > 1:  # every process must take the same branch: decide on what all of them know

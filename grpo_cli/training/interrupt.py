@@ -68,6 +68,25 @@ def terminate_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+@contextlib.contextmanager
+def sigterm_waits() -> Iterator[None]:
+    """A checkpoint being written finishes before a SIGTERM acts: a cluster repeats its SIGTERM (and
+    torchrun forwards another) while the rolled-back step is saved, and cutting that write would
+    leave nothing to resume from. The SIGTERM is delivered again once the block ends; Ctrl-C still
+    stops at once (the temporary directory is removed, the previous checkpoint stands)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if received:
+        signal.raise_signal(signal.SIGTERM)  # to whatever handles it outside: raise, defer, or end
+
+
 class DeferredInterrupt:
     """The trainer's signals. `loop(data_parallel)` wraps the whole loop and a `with` block each step.
     One process: `arm()` starts deferring (the trainer calls it just before the first optimizer

@@ -93,6 +93,22 @@ def environment_alert(rollout: Rollout) -> str | None:
     )
 
 
+def unanswered_turns_alert(rollout: Rollout, max_turns: int) -> str | None:
+    """One line when no trajectory got past its first model turn because every one was cut at
+    rollout.max_new_tokens (no EOS): a cut turn is unfinished, so the environment never answers it,
+    and a multi-turn run is silently single-turn (a random tiny model at the defaults)."""
+    columns = rollout.env_columns
+    if not columns or max_turns < 2 or not bool(rollout.truncated.all()):
+        return None
+    if any(turns != 1 or why is not None for turns, why in zip(columns["env_turns"], columns["env_error"])):
+        return None
+    return (
+        f"no trajectory reached a second turn: all {len(rollout.texts)} first model turns were cut at "
+        "rollout.max_new_tokens before an EOS, and a cut turn gets no answer from the environment; "
+        "raise rollout.max_new_tokens (or use a model that ends its turns)"
+    )
+
+
 def step_samples(
     examples: list[dict[str, Any]], rollout: Rollout, fusion: FusionResult, advantages: list[float], limit: int
 ) -> list[dict[str, Any]]:
@@ -115,12 +131,15 @@ def step_samples(
 
 def nan_rate_alerts(fusion: FusionResult, threshold: float) -> list[str]:
     """A reward function that fails on much of a batch, before failure isolation masks it (a masked
-    function scores nothing by design and has had its own alert)."""
+    function scores nothing by design and has had its own alert). Rows the environment failed are
+    the environment's alert's, not the function's."""
     if threshold <= 0:
         return []
+    failed = set(fusion.env_failed)
     return [
         f"reward {name} returned NaN for {share:.0%} of the batch (monitor.nan_alert={threshold:g}); "
         f"first error: {fusion.errors.get(name) or 'none raised (the function returned None/NaN)'}"
         for name, values in fusion.per_function.items()
-        if name not in fusion.masked and (share := nan_fraction(values)) >= threshold
+        if name not in fusion.masked
+        and (share := nan_fraction([v for j, v in enumerate(values) if j not in failed])) >= threshold
     ]

@@ -13,10 +13,11 @@ from grpo_cli.config.schema import DataConfig, EnvConfig, ModelConfig, RolloutCo
 from grpo_cli.data import split_examples
 from grpo_cli.environments import longest_prompt
 from grpo_cli.errors import GrpoError
-from grpo_cli.evaluation import ScoredSamples, SuccessRule, sample_metrics
+from grpo_cli.evaluation import ScoredSamples, SuccessRule, greedy_answers, sample_metrics
 from grpo_cli.models import load_policy
 from grpo_cli.rewards import BatchScores, FusionResult, RewardBatch, RewardExecutor, RewardFusion, score_batch
-from grpo_cli.rewards.fusion import with_environment_columns
+from grpo_cli.rewards.scoring import with_environment_columns
+from grpo_cli.rewards.trl_style import multi_turn_columns
 from grpo_cli.rollout import Generator, Rollout, make_generator
 from grpo_cli.rollout.episodes import EpisodeGenerator, with_environment
 from grpo_cli.rollout.prompts import PromptBudget, PromptEncoder, context_length, fit_prompts
@@ -130,6 +131,7 @@ def score_rows(
     lengths, ids = rollout.lengths.tolist(), rollout.token_lists()
     batch = RewardBatch.from_groups(examples, rollout.texts, lengths, rollout.group_size, completion_ids=ids)
     combine = with_environment_columns(batch, rollout.env_columns or {}, combine)
+    batch.columns.update(multi_turn_columns(rollout.messages, rollout.environments))  # TRL's keywords
     return score_batch(executor, fusion, batch, combine)
 
 
@@ -157,7 +159,8 @@ def generate_and_score(
         batch = examples[start : start + batch_size]
         rollout = generate_groups(batch, encoder, generator, group_size, greedy=greedy)
         result = score_rollout(batch, rollout, executor, fusion, weights, update_state=False, grouped=False)
-        samples.add(result.fused, result.per_function, rollout.lengths.tolist(), rollout.truncated.tolist())
+        lengths, truncated = rollout.lengths.tolist(), rollout.truncated.tolist()
+        samples.add(result.fused, result.per_function, lengths, truncated, rollout.texts)
         if on_batch is not None:
             on_batch(len(batch), int(rollout.lengths.sum()))
     return samples
@@ -173,11 +176,15 @@ def evaluate_greedy(
     batch_size: int,
     weights: dict[str, float] | None = None,
     on_batch: Callable[[int, int], None] | None = None,
+    answers: list[dict[str, Any]] | None = None,
 ) -> dict[str, float]:
     """One greedy answer per held-out prompt: accuracy, reward/mean, reward/<fn>/mean, length/mean,
     truncated/rate. The trainer logs them under `eval/`, `grpo eval` under `greedy/`: one function,
-    so a checkpoint's figures agree between the two."""
+    so a checkpoint's figures agree between the two. `answers`, when given, receives each prompt's
+    answer (`greedy_answers`: what eval.json lists beside the figures)."""
     if not examples:  # no held-out split (data.eval_fraction=0): nothing to report
         return {}
     samples = generate_and_score(examples, encoder, generator, executor, fusion, 1, batch_size, True, weights, on_batch)
+    if answers is not None:
+        answers.extend(greedy_answers([ex["prompt"] for ex in examples], samples, rule))
     return sample_metrics(samples, rule)

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from transformers import TrainerState
 
+from grpo_cli.config.env_checks import check_tools_fit
 from grpo_cli.config.schema import TrainConfig
 from grpo_cli.config.train_checks import validate
 from grpo_cli.core.advantages import group_advantages
@@ -33,6 +34,7 @@ from grpo_cli.monitor import Observer, StepResult
 from grpo_cli.monitor.observer import StageReport, ignore_stage
 from grpo_cli.monitor.resources import peak_memory_mib
 from grpo_cli.rewards import (
+    EnvironmentDown,
     NoRewardLeft,
     RewardExecutor,
     RewardFusion,
@@ -52,7 +54,7 @@ from grpo_cli.training.dynamic_sampling import DynamicSampler, ScoredBatch, fit_
 from grpo_cli.training.guards import GuardVerdict, StabilityGuard, TrainingHalted
 from grpo_cli.training.interrupt import DeferredInterrupt, Interrupted
 from grpo_cli.training.learner import build_learner
-from grpo_cli.training.metrics import environment_alert, step_metrics, step_samples
+from grpo_cli.training.metrics import environment_alert, step_metrics, step_samples, unanswered_turns_alert
 from grpo_cli.training.pipeline import evaluate_greedy, fit_to_model, generate_groups, score_rollout
 from grpo_cli.training.sharding import gather_into, training_state_bytes
 from grpo_cli.training.state import RngState, TrainState, seed_everything
@@ -104,7 +106,8 @@ class GRPOTrainer:
         train_examples, eval_examples = split_examples(load_examples(cfg.data), cfg.data.eval_fraction, cfg.data.seed)
         check_prompts_per_step(cfg.train.prompts_per_step, len(train_examples), len(eval_examples))  # before any model
         data_columns = list({k for ex in train_examples for k in ex if k != "prompt"})
-        check_columns(self.reward_sources, data_columns + environment_columns(cfg.env, cfg.sandbox))
+        # env.*: the environment builds, and the data holds what it needs (code_feedback's tests, chat for tools)
+        check_columns(self.reward_sources, data_columns + environment_columns(cfg.env, cfg.sandbox, train_examples))
         # e.g. the sandbox backend: shown at start-up, in every metrics line and in the summary
         self.diagnostics = reward_diagnostics(self.reward_sources) | ({"cpu_heap": heap} if heap else {})
         self.reward_fusion = RewardFusion.from_config(self.reward_sources, cfg.reward)
@@ -121,6 +124,8 @@ class GRPOTrainer:
         starting_dir = self.model_dir if self.resumed_from else None
         reference = frozen_reference(self.model, starting_dir) if cfg.algo.beta > 0 else None
         self.build_sampling()
+        prompts = [ex["prompt"] for ex in train_examples]  # env.*: every prompt keeps the tools' description
+        check_tools_fit(cfg.env, cfg.data, cfg.rollout, context_length(self.model), self.encoder, prompts)
         splits, self.prompt_budget = fit_to_model(
             {"train": train_examples, "eval": eval_examples}, self.encoder, self.model, cfg.data, cfg.rollout
         )
@@ -274,7 +279,8 @@ class GRPOTrainer:
         metrics.update(self.guard.metrics(raw))
         samples = step_samples(batch, rollout, fusion, advantages.tolist(), 2 * g)
         alerts = scored.alerts + self.alerts.observe(fusion, verdicts, metrics)
-        alerts += [line for line in [environment_alert(rollout)] if line is not None]
+        env_alerts = [environment_alert(rollout), unanswered_turns_alert(rollout, cfg.env.max_turns)]
+        alerts += [line for line in env_alerts if line is not None]
         events = [phase] if phase is not None else []
         return StepResult(self.step_index, metrics, samples, alerts, fusion.per_function, fusion.fused, events)
 
@@ -333,7 +339,8 @@ class GRPOTrainer:
         except NoRewardLeft as err:  # scoring, before the weights move: the last finished step is saved
             self.state.load_state_dict(start)
             raise NoRewardLeft(
-                f"{err}; step {self.step_index} is saved in {self.save()}: fix them, then resume"
+                f"{err}; step {self.step_index} is saved in {self.save()}: "
+                f"{'fix it' if isinstance(err, EnvironmentDown) else 'fix them'}, then resume"
             ) from None
         except KeyboardInterrupt:
             if self.world.size > 1:  # saved above when agreed; else (a second Ctrl-C) the last checkpoint

@@ -1,6 +1,6 @@
 """`grpo train trl_config=FILE` and `algo=trl_defaults`: a TRL GRPOConfig file runs the settings a
 hand-written grpo command line would, a field with no equivalent says so, a bad file stops naming
-the field, and the preset is TRL's defaults (grpo_cli/config/trl_mapping.py, the one mapping)."""
+the field, and the preset is TRL's defaults (grpo_cli/config/trl/mapping.py, the one mapping)."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from grpo_cli.commands.trl_config import expand_trl_config, hydra_value
 from grpo_cli.config.dotted import flatten
 from grpo_cli.config.keys import check_key
 from grpo_cli.config.schema import TrainConfig
-from grpo_cli.config.trl_convert import convert
-from grpo_cli.config.trl_mapping import FIELDS
+from grpo_cli.config.trl.convert import convert
+from grpo_cli.config.trl.mapping import FIELDS
 from grpo_cli.errors import GrpoError
 from tests.conftest import REPO, run_grpo
 
@@ -178,6 +178,42 @@ def test_the_batch_counts_prompts_and_optimizer_steps_as_trl_does(tmp_path: Path
     cfg = _composed(_expand(_write(tmp_path, fields))[0])
     assert (cfg.train.prompts_per_step, cfg.algo.mini_batches, cfg.train.grad_accum_steps) == (8, 2, 2)
     assert (cfg.algo.num_iterations, cfg.train.steps) == (2, 25)
+
+
+def test_the_intervals_keep_trls_count_of_checkpoints_evaluations_and_logs(tmp_path: Path) -> None:
+    """TRL's save, eval and logging steps count optimizer steps, as max_steps does: with 4 optimizer
+    steps per grpo step, TRL's 5 checkpoints, 8 evaluations and 25 logged steps in 100 optimizer
+    steps stay 5, 8 and 25 in grpo's 25 steps (not 1 checkpoint plus the final one)."""
+    fields = {
+        "per_device_train_batch_size": 8,
+        "steps_per_generation": 4,  # 4 mini-batches: 4 optimizer steps per grpo step
+        "num_generations": 8,
+        "max_steps": 100,
+        "save_steps": 20,
+        "eval_strategy": "steps",
+        "eval_steps": 12,
+        "logging_steps": 4,
+        "log_completions": True,
+        "torch_empty_cache_steps": 8,
+    }
+    cfg = _composed(_expand(_write(tmp_path, fields))[0])
+    assert (cfg.algo.mini_batches, cfg.train.steps) == (4, 25)
+    trl_counts = [100 // 20, 100 // 12, 100 // 4, 100 // 4, 100 // 8]
+    grpo_every = [
+        cfg.train.save_every,
+        cfg.train.eval_every,
+        cfg.monitor.print_every,
+        cfg.monitor.log_completions_every,
+        cfg.train.empty_cache_every,
+    ]
+    assert [cfg.train.steps // every for every in grpo_every] == trl_counts
+    # An interval that is no whole number of grpo steps rounds down, never fewer events than TRL's:
+    # 30 optimizer steps of 4 is every 7 grpo steps (3 checkpoints in 25, TRL's 3 in 100).
+    cfg = _composed(_expand(_write(tmp_path, {**fields, "save_steps": 30, "save_strategy": "steps"}))[0])
+    assert cfg.train.save_every == 7 and cfg.train.steps // cfg.train.save_every >= 100 // 30
+    # A share of max_steps is a share of train.steps (0.2: every 5th of 25).
+    cfg = _composed(_expand(_write(tmp_path, {**fields, "save_steps": 0.2}))[0])
+    assert cfg.train.save_every == 5
 
 
 @pytest.mark.parametrize(

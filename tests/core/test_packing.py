@@ -11,7 +11,7 @@ import torch
 
 from grpo_cli.config.schema import AlgoConfig, ModelConfig, RolloutConfig
 from grpo_cli.core.logprobs import completion_logprobs_and_entropy, packed_completion_logprobs_and_entropy
-from grpo_cli.core.packing import choose_layout, token_counts
+from grpo_cli.core.packing import choose_layout, pack, prompt_groups, token_counts
 from grpo_cli.core.update import Learner, UpdateBatch, UpdateSettings, policy_update
 from grpo_cli.models import load_policy
 from grpo_cli.rollout import FastGenerator
@@ -116,3 +116,16 @@ def test_auto_packs_short_groups_and_keeps_padding_where_attention_would_cost_mo
     long = torch.ones(64, 2048, dtype=torch.long)  # 8 x 2048 tokens in one row: attention dominates
     assert choose_layout("auto", prompt, long, groups, hidden_size=64) == "padded"
     assert choose_layout("padded", prompt, completion, groups, hidden_size=64) == "padded"
+
+
+def test_pack_refuses_rows_that_claim_a_prompt_they_do_not_share(setup) -> None:
+    """Packed, a group's rows are computed after its first row's prompt: rows whose prompts differ (an
+    environment's reset added text to each) are refused, and `prompt_groups` never puts them together."""
+    _, rollout = setup
+    rows = torch.tensor([0, 1, 4])  # two rows of the first prompt and one of the second
+    r = rollout
+    args = (r.prompt_ids[rows], r.prompt_mask[rows], r.completion_ids[rows], r.completion_mask[rows])
+    with pytest.raises(ValueError, match="different prompts"):
+        pack(*args, torch.tensor([0, 0, 0]), torch.float32)
+    assert prompt_groups(args[0], args[1]).tolist() == [0, 0, 1]
+    assert torch.equal(prompt_groups(r.prompt_ids, r.prompt_mask), torch.arange(16) // G)

@@ -183,3 +183,19 @@ def test_code_eval_counts_a_task_solved_only_when_every_unit_passes(tmp_path: Pa
     # solved: 1 of 8 (2 of 3 units is not solved); pass@4 = (1 + 0) / 2
     assert report["accuracy"] == report["pass@1"] == 1 / 8 and report["pass@4"] == 0.5
     assert report["reward/code_tests/mean"] == pytest.approx((1 + 4 * 2 / 3) / 8)  # the dense fraction
+
+
+def test_a_checkpoint_whose_weights_file_is_cut_short_is_one_line_naming_it(tmp_path: Path) -> None:
+    trainer = GRPOTrainer(TrainConfig(), tmp_path / "train")
+    trainer.cfg.train.steps, trainer.cfg.train.prompts_per_step, trainer.cfg.rollout.num_generations = 1, 2, 2
+    trainer.setup()
+    checkpoint = trainer.save()  # step 0: the starting weights, as a checkpoint
+    trainer.cleanup()
+    weights = checkpoint / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    cfg = EvalConfig()
+    cfg.model.kind, cfg.model.path = "hf", str(checkpoint)
+    with pytest.raises(GrpoError) as refused:
+        run_eval(cfg, tmp_path / "eval")
+    message = str(refused.value)
+    assert f"model.path={checkpoint}: {weights} cannot be read" in message and "\n" not in message, message

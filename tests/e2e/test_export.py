@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -204,3 +205,18 @@ def test_ctrl_c_during_an_export_is_one_line_and_leaves_nothing(
     assert exit_info.value.code == 130
     assert capsys.readouterr().err.strip().splitlines()[-1] == f"interrupted: nothing was written to {output}"
     assert list(tmp_path.iterdir()) == []
+
+
+def cut_short(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])  # a copy cut short, a disk that filled
+
+
+def test_a_truncated_weights_file_is_one_line_naming_it(full_run: Path, tmp_path: Path) -> None:
+    checkpoint = tmp_path / "checkpoints" / "step_000002"
+    shutil.copytree(full_run / "checkpoints" / "step_000002", checkpoint)
+    cut_short(checkpoint / "model.safetensors")
+    with pytest.raises(GrpoError) as refused:
+        run_export(ExportConfig(checkpoint=str(tmp_path), output=str(tmp_path / "out")))
+    message = str(refused.value)
+    assert f"{checkpoint / 'model.safetensors'} cannot be read" in message and "\n" not in message, message
+    assert not (tmp_path / "out").exists()

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from grpo_cli.commands.overrides import check_overrides
 from grpo_cli.commands.plot import DEFAULT_OVERLAY, plot
 from grpo_cli.commands.score import run_score
 from grpo_cli.config import TrainConfig
@@ -124,3 +128,31 @@ def test_ctrl_c_is_in_train_log(tmp_path: Path) -> None:
         f"length, target: '\"'\"'ctrl_c:length_then_interrupt'\"'\"'}}]' monitor.console=quiet monitor.plots=false "
         f"hydra.run.dir={run_dir}"
     ), said
+
+
+def test_a_key_given_twice_in_a_sweep_is_refused_instead_of_collapsing_the_jobs() -> None:
+    # Hydra kept one of the two: `-m train.seed=0,1 train.seed=2` ran 1 job, not the 2 or 3 meant
+    says = r"^-m: train\.seed is given twice \(train\.seed=0,1 and train\.seed=2\): a sweep takes one value list"
+    with pytest.raises(GrpoError, match=says):
+        check_overrides(["-m", "train.seed=0,1", "train.seed=2"], TrainConfig)
+    with pytest.raises(GrpoError, match=r"^-m: reward is given twice"):  # a group choice too
+        check_overrides(["-m", "reward=arithmetic,length", "reward=length"], TrainConfig)
+    check_overrides(["-m", "train.seed=0,1", "optim.lr=1e-3,2e-3"], TrainConfig)  # 4 jobs, as written
+    check_overrides(["train.seed=1", "train.seed=2"], TrainConfig)  # one run: the last wins, as Hydra documents
+
+
+def test_accelerate_launch_cpu_with_two_processes_is_refused_not_run_as_one(tmp_path: Path) -> None:
+    """accelerate's --cpu launcher starts one process whatever --num_processes says (more needs MPI)."""
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    result = subprocess.run(
+        [*launch, "-m", "grpo_cli", "train", "--cfg", "job"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 1, result.stdout[-2000:]
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith("error: accelerate launch asked for several processes (--num_processes) but started this one only")
+    ), result.stderr[-2000:]
+    one = subprocess.run([*launch[:-1], "1", "-m", "grpo_cli", "train", "--cfg", "job"], env=env, capture_output=True)
+    assert one.returncode == 0, one.stderr[-2000:]  # one process asked for, one run

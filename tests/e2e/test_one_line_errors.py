@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from grpo_cli.commands.errors import report_user_errors
 from grpo_cli.commands.overrides import check_overrides
-from grpo_cli.config.schema import LoraConfig, ModelConfig, TrainConfig
+from grpo_cli.config.schema import LoraConfig, ModelConfig, RewardFunctionConfig, TrainConfig
 from grpo_cli.errors import GrpoError
 from grpo_cli.models import load_policy, pick_device
+from grpo_cli.rewards.sources import resolve_reward_sources
 from grpo_cli.rollout.prompts import PromptEncoder
 from tests.conftest import run_grpo
 
@@ -98,3 +100,36 @@ def test_a_full_disk_stops_the_run_in_one_line_naming_the_file_and_the_checkpoin
         f"error: {full}: No space left on device (ENOSPC); the run stopped; its checkpoints stand (newest "
         f"{run_dir / 'checkpoints' / 'step_000001'}): resume with the same command once it can write"
     )
+
+
+def test_a_reward_file_with_a_syntax_error_names_its_file_and_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # was a ModuleNotFoundError (the first import, before the working directory joins sys.path),
+    # then the SyntaxError's traceback
+    module = tmp_path / "rewards_with_a_typo_52.py"
+    module.write_text("def good(prompts, completions, **_):\n    return [1.0 for c in completions\n")
+    monkeypatch.chdir(tmp_path)
+    spec = RewardFunctionConfig(name="good", target="rewards_with_a_typo_52:good")
+    with pytest.raises(GrpoError, match=rf"^reward target 'rewards_with_a_typo_52:good': {module}:2: SyntaxError: "):
+        resolve_reward_sources([spec])
+    # a module that raises as it runs: what and where, in one line
+    spec = RewardFunctionConfig(name="good", target="rewards_failing_52:good")
+    (tmp_path / "rewards_failing_52.py").write_text("x = 1\nraise RuntimeError('no API key set')\n")
+    where = tmp_path / "rewards_failing_52.py"
+    says = rf"^reward target 'rewards_failing_52:good': importing it raised RuntimeError: no API key set \({where}:2\)$"
+    with pytest.raises(GrpoError, match=says):
+        resolve_reward_sources([spec])
+
+
+def test_user_text_in_an_error_line_is_printed_as_written(capsys: pytest.CaptureFixture[str]) -> None:
+    """Never markup nor emoji codes: the target `a:b:c` printed as `a🅱c`, `[red]` vanished."""
+    spec = RewardFunctionConfig(name="r", target="a:b:c")
+    with pytest.raises(SystemExit) as exit_:
+        report_user_errors(lambda: resolve_reward_sources([spec]))
+    assert exit_.value.code == 1
+    printed = capsys.readouterr().err
+    assert printed.startswith("error: reward target 'a:b:c': "), printed
+    with pytest.raises(SystemExit):
+        report_user_errors(lambda: (_ for _ in ()).throw(GrpoError("data.path=[red]x:smile:.jsonl: no such file")))
+    assert capsys.readouterr().err == "error: data.path=[red]x:smile:.jsonl: no such file\n"

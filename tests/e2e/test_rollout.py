@@ -249,3 +249,16 @@ def test_killed_run_resumes_to_the_uninterrupted_file(
     cfg.output, cfg.rollout.resume = str(root / "straight.jsonl"), False
     run_rollout(cfg, root)
     assert resumed == (root / "straight.jsonl").read_text().splitlines(keepends=True)
+
+
+def test_an_output_in_a_missing_directory_creates_it_as_score_and_eval_do(tiny_model_dir: Path, tmp_path: Path) -> None:
+    output = tmp_path / "new" / "dir" / "rollouts.jsonl"
+    run_rollout(rollout_config(tiny_model_dir, output), tmp_path / "run")
+    assert len(read_records(output)) > 0
+
+
+def test_an_output_under_a_file_is_one_line_naming_it(tiny_model_dir: Path, tmp_path: Path) -> None:
+    (tmp_path / "notes").write_text("mine\n")
+    with pytest.raises(GrpoError, match=r"^output=.*notes/r\.jsonl: cannot create its directory .*notes"):
+        run_rollout(rollout_config(tiny_model_dir, tmp_path / "notes" / "r.jsonl"), tmp_path / "run")
+    assert (tmp_path / "notes").read_text() == "mine\n"

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from grpo_cli.commands.run_lock import LOCK_FILE, lock_run_dir, unlock_run_dir
+from grpo_cli.errors import GrpoError
 from tests.conftest import REPO, Background, read_metrics, run_grpo
 
 
@@ -76,3 +77,43 @@ def test_a_run_directory_known_only_after_composing_is_locked_by_the_task(runs: 
     assert result.returncode == 1
     assert f"is in use by another grpo run (pid {os.getpid()}" in result.stderr
     assert not (run_dir / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize("value", ["", "''"])
+def test_an_empty_run_directory_is_refused_before_anything_is_written(tmp_path: Path, value: str) -> None:
+    """`hydra.run.dir=` would run in the current directory: the user's own config.yaml and train.log
+    there would be overwritten and appended to."""
+    (tmp_path / "config.yaml").write_text("mine: 1\n")
+    (tmp_path / "train.log").write_text("my log\n")
+    done = run_grpo("train", "debug=smoke", f"hydra.run.dir={value}", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines() == [
+        "error: hydra.run.dir is empty: it would run in the current directory and overwrite its files; "
+        "name a directory for the run"
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml", "train.log"]
+    assert (tmp_path / "config.yaml").read_text() == "mine: 1\n" and (tmp_path / "train.log").read_text() == "my log\n"
+
+
+def test_an_empty_sweep_directory_is_refused_too(tmp_path: Path) -> None:
+    done = run_grpo("train", "-m", "debug=smoke", "train.seed=0,1", "hydra.sweep.dir=", cwd=tmp_path)
+    assert done.returncode == 1 and "error: hydra.sweep.dir is empty" in done.stderr, done.stderr[-2000:]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_given_as_the_run_directory_is_named_as_a_file(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text("notes\n")
+    with pytest.raises(GrpoError) as refused:
+        lock_run_dir(readme)
+    assert str(refused.value) == f"hydra.run.dir={readme} is a file, not a directory: name a directory for the run"
+    assert readme.read_text() == "notes\n"
+
+
+def test_a_run_directory_that_cannot_be_created_says_where_and_why() -> None:
+    with pytest.raises(GrpoError) as refused:
+        lock_run_dir(Path("/proc/x"))
+    assert str(refused.value) == (
+        "hydra.run.dir=/proc/x: cannot create the directory: /proc takes no new directories; "
+        "name a writable place for the run"
+    )

@@ -8,12 +8,19 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
+from transformers import AutoModelForCausalLM
 
-from grpo_cli.config.schema import RewardFunctionConfig, TrainConfig
+from grpo_cli.config.schema import EnvConfig, RewardFunctionConfig, RolloutConfig, SandboxConfig, TrainConfig
 from grpo_cli.errors import GrpoError
-from grpo_cli.rewards import RewardExecutor, resolve_reward_sources
-from grpo_cli.rewards.trl_style import calling_convention
+from grpo_cli.models import load_tokenizer
+from grpo_cli.rewards import RewardExecutor, RewardFusion, resolve_reward_sources
+from grpo_cli.rewards.trl_style import calling_convention, multi_turn_columns
+from grpo_cli.rollout import make_generator
+from grpo_cli.rollout.episodes import with_environment
+from grpo_cli.rollout.prompts import PromptEncoder
 from grpo_cli.training import GRPOTrainer
+from grpo_cli.training.pipeline import generate_groups, score_rows
 from tests.conftest import Recorder, read_metrics, run_grpo
 from tests.rewards import trl_functions
 
@@ -121,3 +128,44 @@ def test_a_reward_file_from_trls_docs_trains_from_the_command_line(tmp_path: Pat
     for row in read_metrics(run_dir):
         assert row["reward/ids/mean"] == pytest.approx(-row["completion_len/mean"] / 10)
         assert row["reward/len/mean"] <= 0 and row["reward/len/nan_frac"] == 0.0
+
+
+def test_a_multi_turn_rollout_hands_trls_environments_and_whole_conversations(tiny_model_dir) -> None:
+    """What TRL 1.16's GRPOTrainer passes a reward on a multi-turn rollout: `environments`, each
+    completion's environment instance, and as `completions` the whole conversation after the prompt
+    (every model turn and the environment's answers between them), not the last turn's text."""
+    tokenizer = load_tokenizer(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    with torch.no_grad():  # an EOS-leaning model, so turns end and trajectories take several
+        model.lm_head.weight[tokenizer.eos_token_id] += 3.0 * model.get_input_embeddings().weight.std()
+    rollout_cfg = RolloutConfig(max_new_tokens=6)
+    env = EnvConfig(name="custom", target="tests.rollout.environments:EchoEnv", max_turns=3)
+    encoder = PromptEncoder(tokenizer, 64, torch.device("cpu"))
+    generator, _ = make_generator(model, tokenizer, rollout_cfg)
+    generator, _ = with_environment(generator, encoder, tokenizer, env, SandboxConfig(), rollout_cfg, 512)
+    examples = [{"prompt": f"{a}+{a}=", "answer": str(2 * a)} for a in range(1, 5)]
+    torch.manual_seed(0)
+    rollout = generate_groups(examples, encoder, generator, 3)
+    spec = RewardFunctionConfig(name="turns", target=TARGET + "turns_from_the_environments")
+    fusion = RewardFusion(resolve_reward_sources([spec]))
+    trl_functions.SEEN.clear()
+    with RewardExecutor(num_workers=0) as executor:
+        scores = score_rows(examples, rollout, executor, fusion)["turns"]
+    assert scores.error is None, scores.error
+    seen = trl_functions.SEEN[-1]
+    turns = rollout.env_columns["env_turns"]
+    assert max(turns) > 1, "no trajectory took a second turn: the test would not tell a conversation from a turn"
+    assert [type(e).__name__ for e in seen["environments"]] == ["EchoEnv"] * len(turns)
+    assert scores.values == [float(e.turns) for e in seen["environments"]]  # the row's own instance
+    for conversation, text, n, env_turns in zip(seen["completions"], rollout.texts, turns, seen["environments"]):
+        assert [m["role"] for m in conversation][::2] == ["assistant"] * n  # every model turn, in order
+        assert [m["content"] for m in conversation[1::2]] == [f"try again {k}" for k in range(1, n)]  # the answers
+        assert conversation[-1] == {"role": "assistant", "content": text} and env_turns.turns >= n
+    # env=trl: the instances of the user's own class, as TRL's environment_factory builds them
+    env = EnvConfig(name="trl", target="tests.rollout.environments:CounterEnv", max_turns=2)
+    generator, _ = with_environment(generator.inner, encoder, tokenizer, env, SandboxConfig(), rollout_cfg, 512)
+    rollout = generate_groups(
+        [{"prompt": [{"role": "user", "content": "Count."}], "answer": "3"}], encoder, generator, 2
+    )
+    batch_columns = multi_turn_columns(rollout.messages, rollout.environments)
+    assert [type(e).__name__ for e in batch_columns["environments"]] == ["CounterEnv", "CounterEnv"]

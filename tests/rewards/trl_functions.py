@@ -34,3 +34,10 @@ def answer_in_completion(completions, answer, **kwargs):
 def no_completions(x):
     """Neither ours nor TRL's: refused at start-up."""
     return [0.0]
+
+
+def turns_from_the_environments(completions, environments, **kwargs):
+    """TRL 1.16's multi-turn reward (GRPOTrainer(environment_factory=...)): `environments` holds each
+    completion's environment instance, `completions` each whole conversation after the prompt."""
+    SEEN.append({"fn": "turns_from_the_environments", "completions": completions, "environments": environments})
+    return [float(env.turns) for env in environments]

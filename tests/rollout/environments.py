@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any
 
@@ -22,6 +23,21 @@ class EchoEnv:
 
     def reward(self) -> float:
         return float(self.turns)
+
+
+class BoardEnv(EchoEnv):
+    """A reset that adds per-episode text (a board, a seed), as TRL `environment_factory` classes
+    often do: every episode its own, so the rows of a group no longer share a prompt."""
+
+    boards = itertools.count()
+
+    def __init__(self, board: int = 0) -> None:
+        super().__init__()
+        self.board = board  # characters of board drawn before the state: a reset that makes prompts long
+
+    def reset(self, example: dict[str, Any]) -> str | None:
+        super().reset(example)
+        return "." * self.board + f"state {next(BoardEnv.boards)}"
 
 
 class FlakyEnv(EchoEnv):

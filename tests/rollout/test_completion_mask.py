@@ -1,8 +1,9 @@
-"""The completion mask: 1 up to and including the first EOS (docs/architecture.md §3)."""
+"""The completion mask: 1 up to and including the first EOS (docs/architecture.md §3), and the
+layout that joining rollouts keeps."""
 
 import torch
 
-from grpo_cli.rollout.base import completion_mask_from_eos
+from grpo_cli.rollout.base import Rollout, completion_mask_from_eos, concat_rollouts
 
 
 def test_stops_at_first_of_several_eos_ids():
@@ -39,3 +40,23 @@ def test_repeated_eos_only_first_counts():
     mask, truncated = completion_mask_from_eos(torch.tensor([[5, 2, 2, 2], [2, 2, 2, 2]]), [2])
     assert mask.tolist() == [[1, 1, 0, 0], [1, 0, 0, 0]]
     assert truncated.tolist() == [False, False]
+
+
+def test_joined_rollouts_keep_prompts_left_and_completions_right_padded():
+    """Two processes' shares of different widths: each prompt still ends where its completion
+    starts, and padding is masked out (the pad id 0, the engine's log-probs 0 where it padded)."""
+    a = Rollout(
+        torch.tensor([[7, 8]]), torch.tensor([[1, 1]]), torch.tensor([[5, 2]]), torch.tensor([[1, 1]]),
+        torch.tensor([False]), ["a"], 1, torch.tensor([[-0.5, -0.25]]), torch.tensor([[1, 1]]),
+    )  # fmt: skip
+    b = Rollout(
+        torch.tensor([[9]]), torch.tensor([[1]]), torch.tensor([[6, 6, 2]]), torch.tensor([[1, 1, 1]]),
+        torch.tensor([False]), ["b"], 1, torch.tensor([[-1.0, -1.0, -1.0]]), torch.tensor([[1, 0, 1]]),
+    )  # fmt: skip
+    joined = concat_rollouts([a, b], pad_token_id=0)
+    assert joined.prompt_ids.tolist() == [[7, 8], [0, 9]] and joined.prompt_mask.tolist() == [[1, 1], [0, 1]]
+    assert joined.completion_ids.tolist() == [[5, 2, 0], [6, 6, 2]]
+    assert joined.completion_mask.tolist() == [[1, 1, 0], [1, 1, 1]]
+    assert joined.sampled_mask.tolist() == [[1, 1, 0], [1, 0, 1]]
+    assert joined.engine_logps.tolist() == [[-0.5, -0.25, 0.0], [-1.0, -1.0, -1.0]]
+    assert joined.texts == ["a", "b"]

@@ -20,21 +20,28 @@ from grpo_cli.config.schema import (
     RewardFunctionConfig,
     RolloutConfig,
     SandboxConfig,
+    TrainConfig,
 )
+from grpo_cli.core.advantages import group_advantages
+from grpo_cli.core.logprobs import rows_logprobs
 from grpo_cli.core.update import Learner, UpdateBatch, UpdateSettings, policy_update
 from grpo_cli.environments import load_environment
 from grpo_cli.environments.base import TRLEnvironment
 from grpo_cli.errors import GrpoError
 from grpo_cli.models import load_tokenizer
 from grpo_cli.rewards import RewardExecutor, RewardFusion, resolve_reward_sources
-from grpo_cli.rollout import make_generator
+from grpo_cli.rollout import VLLMGenerator, make_generator
 from grpo_cli.rollout.chat_turns import observation_text, parse_tool_calls, render_prompt, renders_tools, tool_schemas
 from grpo_cli.rollout.episodes import with_environment
-from grpo_cli.rollout.prompts import PromptEncoder, context_length
+from grpo_cli.rollout.prompts import PromptEncoder, context_length, fit_prompts
+from grpo_cli.training import GRPOTrainer
 from grpo_cli.training.pipeline import generate_groups, score_rollout
 from tests.rollout.environments import CounterEnv, multiply
+from tests.rollout.test_vllm_engine_logps import LogprobEngine
+from tests.training.row_rewards import unscorable_first_prompt
 
 G, NEW = 3, 6
+ROW_REWARD = "tests.training.row_rewards:unscorable_first_prompt"  # a score that differs within a group
 EXAMPLES = [{"prompt": f"{a}+{a}=", "answer": str(2 * a)} for a in range(1, 5)]
 CHATML = (
     "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>' + '\n' }}{% endfor %}"
@@ -89,8 +96,11 @@ def segments(ids: list[int], mask: list[int]) -> list[tuple[int, list[int]]]:
 
 def test_the_models_tokens_are_its_sampled_ids_and_the_environments_are_context(model, tokenizer) -> None:
     """Greedy, so each model turn can be replayed: the argmax continuation of exactly the ids before
-    it (prompt, earlier turns, the environment's answers as the template writes them)."""
-    generator, encoder = episodes(model, tokenizer, echo())
+    it (prompt, earlier turns, the environment's answers as the template writes them). With
+    rollout.min_new_tokens=3 (EOS banned for a turn's first 3 tokens, in the replay too) every turn is
+    several tokens long, so a context one token short or long would change them. EchoEnv never ends:
+    every trajectory runs env.max_turns=3 turns, and its answers are cut to env.max_observation_tokens."""
+    generator, encoder = episodes(model, tokenizer, echo(max_observation_tokens=5), min_new_tokens=3)
     torch.manual_seed(0)
     rollout = generate_groups(EXAMPLES, encoder, generator, 1, greedy=True)
     eos = tokenizer.eos_token_id
@@ -108,10 +118,13 @@ def test_the_models_tokens_are_its_sampled_ids_and_the_environments_are_context(
             if sampled:
                 with torch.no_grad():  # the replay: argmax, token by token, over the whole context
                     replay = []
-                    for _ in tokens:
+                    for j in range(len(tokens)):
                         logits = model(input_ids=torch.tensor([context + replay])).logits[0, -1]
+                        if j < 3:  # rollout.min_new_tokens
+                            logits[eos] = -math.inf
                         replay.append(int(logits.argmax()))
                 assert replay == tokens, f"row {row}, turn {k // 2 + 1}"
+                assert len(tokens) >= 4  # several tokens: the replay can tell a context that is off by one
                 assert tokenizer.decode(tokens, skip_special_tokens=True) == turns[k // 2]
             else:
                 assert runs[k - 1][1][-1] == eos  # an answer follows a turn that ended with EOS
@@ -119,7 +132,8 @@ def test_the_models_tokens_are_its_sampled_ids_and_the_environments_are_context(
                 assert tokens == tokenizer(expected, add_special_tokens=False)["input_ids"]
             context += tokens
         several += len(runs) > 1
-        assert rollout.env_columns["env_turns"][row] == len(turns)
+        assert replies == ["try a [cut]"] * 2  # "try again N" kept to its first 5 tokens
+        assert rollout.env_columns["env_turns"][row] == len(turns) == 3  # env.max_turns, not one more
         assert rollout.env_columns["env_reward"][row] == float(len(turns))  # EchoEnv.reward(): turns it saw
         assert rollout.texts[row] == turns[-1]  # the rewards score the last turn
     assert several >= 2  # the test saw real multi-turn trajectories
@@ -175,6 +189,123 @@ def test_the_loss_the_kl_and_every_denominator_count_the_models_tokens_only(mode
     assert torch.allclose(update(rollout.model_mask.float()), expected, atol=1e-6)
     # the environment's tokens in the mask would have moved the weights otherwise: the test can fail
     assert not torch.allclose(update(rollout.completion_mask.float()), expected, atol=1e-6)
+
+
+def test_packed_passes_equal_padded_ones_when_resets_give_each_row_its_own_prompt(model, tokenizer) -> None:
+    """A reset that adds per-episode text leaves the rows of a group with different prompts: the
+    packed layout (train.layout=auto picks it here) gives the padded pass's log-probs and update."""
+    env = EnvConfig(name="custom", target="tests.rollout.environments:BoardEnv", max_turns=3)
+    generator, encoder = episodes(model, tokenizer, env)
+    torch.manual_seed(4)
+    rollout = generate_groups(EXAMPLES, encoder, generator, G)
+    prompts = [tuple(ids[m.bool()].tolist()) for ids, m in zip(rollout.prompt_ids, rollout.prompt_mask)]
+    assert len(set(prompts[:G])) == G  # a group's rows: one prompt each
+    assert (rollout.completion_mask.sum() - rollout.sampled_mask.sum()) > 0  # multi-turn: environment tokens
+    rows = torch.arange(len(prompts))
+    mask = rollout.completion_mask
+    padded, _ = rows_logprobs(model, rollout, rows, 1.0, "padded", with_entropy=False)
+    packed, _ = rows_logprobs(model, rollout, rows, 1.0, "packed", with_entropy=False)
+    torch.testing.assert_close(packed * mask, padded * mask, atol=1e-5, rtol=0)
+    advantages = torch.randn(len(prompts), generator=torch.Generator().manual_seed(0))
+    moved = []
+    for layout in ("padded", "packed"):
+        trained = copy.deepcopy(model).train()
+        opt = torch.optim.SGD(trained.parameters(), lr=1e-2)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+        batch = UpdateBatch(rollout, advantages, rollout.model_mask.float())
+        policy_update(Learner(trained, opt, sched, None), batch, AlgoConfig(), UpdateSettings(1.0, NEW, 1, 0.0, layout))
+        moved.append(
+            torch.cat([(p - q).detach().reshape(-1) for p, q in zip(trained.parameters(), model.parameters())])
+        )
+    # float rounding only: measured 1.6e-6 of the update's norm, as on rows that share a prompt (0.35 unfixed)
+    assert (moved[1] - moved[0]).norm() <= 1e-5 * moved[0].norm() and moved[0].norm() > 0
+
+
+def test_a_turn_cut_at_the_budget_is_flagged_and_scored_on_the_text_it_trains(model, tokenizer) -> None:
+    """env.max_tokens=3 with turns of at least 4 tokens: each row's one turn (env.max_turns=1: no
+    answer comes to flag it) is cut to 3 ids, flagged truncated though it ended with EOS, and the rewards
+    and the conversation get the text of those 3 ids, not of the turn."""
+    env = EnvConfig(name="custom", target="tests.rollout.environments:EchoEnv", max_turns=1, max_tokens=3)
+    generator, encoder = episodes(model, tokenizer, env, min_new_tokens=4)
+    torch.manual_seed(5)
+    rollout = generate_groups(EXAMPLES, encoder, generator, G)
+    assert rollout.sampled_mask.sum(-1).tolist() == [3] * len(rollout.texts)  # the budget: nothing else
+    assert rollout.truncated.all()
+    for row, text in enumerate(rollout.texts):
+        kept = tokenizer.decode(rollout.completion_ids[row, :3].tolist(), skip_special_tokens=True)
+        assert text == kept and rollout.messages[row] == [{"role": "assistant", "content": kept}]
+    assert rollout.env_columns["env_turns"] == [1] * len(rollout.texts)
+
+
+@pytest.mark.parametrize("policy", ["error", "skip", "truncate_left"])
+def test_text_a_reset_adds_past_the_prompt_budget_follows_data_on_long_prompt(model, tokenizer, policy, caplog) -> None:
+    """The data's prompts fit at start-up (fit_prompts); a reset's 80 characters of board take them past
+    the 64-token budget at run time, where data.on_long_prompt decides as it does for the data."""
+    env = EnvConfig(name="custom", target="tests.rollout.environments:BoardEnv", kwargs={"board": 80}, max_turns=2)
+    generator, encoder = episodes(model, tokenizer, env)
+    fitted, budget = fit_prompts({"train": EXAMPLES}, encoder, 64, NEW, context_length(model), policy)
+    assert fitted["train"] == EXAMPLES and budget.long_prompts == 0  # nothing is long before the reset
+    if policy == "error":
+        with pytest.raises(GrpoError, match=r"longer than 64 tokens .*data\.on_long_prompt=truncate_left or skip"):
+            generate_groups(EXAMPLES, encoder, generator, 2)
+        return
+    with caplog.at_level("WARNING", logger="grpo"):
+        rollout = generate_groups(EXAMPLES, encoder, generator, 2)
+    errors = rollout.env_columns["env_error"]
+    if policy == "skip":  # each row out of the batch: unscorable, as a failed reset is
+        assert all("data.on_long_prompt=skip" in e for e in errors)
+        return
+    assert errors == [None] * len(errors) and rollout.prompt_mask.sum(-1).tolist() == [64] * len(errors)
+    assert "truncated from the left (data.on_long_prompt)" in caplog.text  # said, not silent
+
+
+def test_the_engines_log_probs_stay_on_the_tokens_they_scored_turn_after_turn(model, tokenizer) -> None:
+    """vLLM's per-token log-probs (a stand-in engine of vLLM's API: -0.1·(position + 1) in each turn)
+    land on each turn's own sampled ids in the trajectory, 0 on the environment's tokens."""
+    eos = tokenizer.eos_token_id
+    a, b = tokenizer.encode("19"), tokenizer.encode("7")
+    engine = LogprobEngine([[(a + [eos], "stop", eos), (b + [eos], "stop", eos)]] * 8)
+    rollout_cfg = RolloutConfig(max_new_tokens=NEW)
+    inner = VLLMGenerator(model, tokenizer, rollout_cfg, engine=engine, sampling_params=dict, push=lambda w: None)
+    encoder = PromptEncoder(tokenizer, 64, torch.device("cpu"))
+    env = EnvConfig(name="custom", target="tests.rollout.environments:EchoEnv", max_turns=2)
+    generator, _ = with_environment(inner, encoder, tokenizer, env, SandboxConfig(), rollout_cfg, context_length(model))
+    rollout = generate_groups(EXAMPLES, encoder, generator, 2)
+    assert rollout.engine_logps is not None
+    for row in range(len(EXAMPLES) * 2):
+        n = int(rollout.completion_mask[row].sum())
+        runs = segments(rollout.engine_logps[row, :n].tolist(), rollout.sampled_mask[row, :n].tolist())
+        first = a if row % 2 == 0 else b  # the first turn: the group's two scripted completions; then a
+        assert [m for m, _ in runs] == [1, 0, 1]
+        assert runs[0][1] == pytest.approx([-0.1 * (i + 1) for i in range(len(first) + 1)])
+        assert runs[1][1] == [0.0] * len(runs[1][1])
+        assert runs[2][1] == pytest.approx([-0.1 * (i + 1) for i in range(len(a) + 1)])
+        assert rollout.completion_ids[row, : len(first) + 1].tolist() == first + [eos]
+
+
+def test_the_trainer_trains_on_the_models_tokens_of_a_multi_turn_batch(model, tokenizer, tmp_path) -> None:
+    """GRPOTrainer.learn on a multi-turn rollout: at the first pass (ratio 1) the dapo loss is
+    -sum_i A_i·n_i / sum_i n_i with n_i the tokens the model sampled, the environment's left out."""
+    generator, encoder = episodes(model, tokenizer, echo())
+    torch.manual_seed(6)
+    rollout = generate_groups(EXAMPLES, encoder, generator, G)
+    assert (rollout.completion_mask.sum() - rollout.sampled_mask.sum()) > 0  # environment tokens are there
+    cfg = TrainConfig()
+    cfg.train.steps, cfg.train.prompts_per_step, cfg.rollout.num_generations = 1, len(EXAMPLES), G
+    cfg.algo.loss_type, cfg.optim.warmup_steps = "dapo", 0
+    cfg.reward.functions = [RewardFunctionConfig(name="chars", target=ROW_REWARD, kwargs={"unscorable": False})]
+    trainer = GRPOTrainer(cfg, tmp_path)
+    trainer.setup()
+    try:
+        metrics = trainer.learn(EXAMPLES, rollout, time.perf_counter()).metrics
+    finally:
+        trainer.cleanup()
+    prompts = [e["prompt"] for e in EXAMPLES for _ in range(G)]
+    rewards = torch.tensor(unscorable_first_prompt(prompts, rollout.texts, unscorable=False))
+    advantages, _ = group_advantages(rewards, G, cfg.algo.scale_rewards)
+    n = rollout.sampled_mask.sum(-1).float()
+    assert advantages.abs().sum() > 0
+    assert metrics["loss"] == pytest.approx(-(advantages * n).sum().item() / n.sum().item(), rel=1e-4, abs=1e-7)
 
 
 def test_a_raising_and_a_hanging_environment_cost_one_row_each(model, tokenizer) -> None:

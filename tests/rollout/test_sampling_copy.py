@@ -197,3 +197,32 @@ def test_a_run_on_the_copy_trains_and_reports_the_gap(tmp_path: Path) -> None:
     gaps = [row["rollout/engine_gap"] for row in history]
     assert all(0 < gap < 0.1 for gap in gaps), gaps
     assert all(row["grad_norm"] > 0 for row in history)
+
+
+def test_the_trainer_refreshes_the_copy_after_every_update(tmp_path: Path) -> None:
+    """Through the real trainer step: after each update the copy holds the trained weights exactly
+    (bf16 of the new fp32), and the weights move far enough that a copy left stale would not."""
+    cfg = small_config(steps=3)
+    cfg.rollout.sampling_weights = "bf16"  # takes the copy on any CPU (emulated where not native)
+    behind: list[float] = []  # per step: the largest |copy - bf16(policy)| over the trained parameters
+
+    class CopyWatch:
+        def on_step(self, result) -> None:
+            copied = dict(trainer.generator.copy.module.named_parameters())
+            trained = [(n, p.detach()) for n, p in trainer.model.named_parameters() if p.requires_grad]
+            behind.append(
+                max((copied[n].float() - p.to(torch.bfloat16).float()).abs().max().item() for n, p in trained)
+            )
+
+    trainer = GRPOTrainer(cfg, tmp_path, [CopyWatch()])
+    trainer.setup()
+    try:
+        start = {n: p.detach().to(torch.bfloat16) for n, p in trainer.model.named_parameters()}
+        trainer.train()
+        moved = [
+            n for n, p in trainer.model.named_parameters() if not torch.equal(p.detach().to(torch.bfloat16), start[n])
+        ]
+    finally:
+        trainer.cleanup()
+    assert behind == [0.0, 0.0, 0.0]
+    assert len(moved) > len(start) // 2, moved  # a stale copy would differ in most of them

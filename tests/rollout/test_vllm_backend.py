@@ -390,3 +390,41 @@ def test_real_engine_samples_the_pushed_policy(tmp_path: Path) -> None:
     sampled = generator.generate(enc["input_ids"], enc["attention_mask"], 4)
     assert sampled.completion_ids.shape[0] == 12 and sampled.completion_ids.shape[1] <= 12
     assert generator.sync.stats.pushes == 1  # no update in between: no second push
+
+
+class CachingStandIn(StandInLLM):
+    """Also stands in for vLLM's weight reload (`collective_rpc`, answering as every worker does)
+    and its prefix cache (`reset_prefix_cache`), recording the order the engine is told things."""
+
+    def __init__(self, script) -> None:
+        super().__init__(script)
+        self.events: list[str] = []
+
+    def collective_rpc(self, method: str, args: tuple) -> list[dict]:
+        self.events.append("load")
+        return [{"tensors": len(args[2])}]  # args: (the shared file, its size, the layout)
+
+    def reset_prefix_cache(self) -> bool:
+        self.events.append("reset")
+        return True
+
+    def generate(self, prompts, sampling_params, use_tqdm):
+        self.events.append("generate")
+        return super().generate(prompts, sampling_params, use_tqdm)
+
+
+def test_every_push_drops_the_prefix_cache_before_the_next_generation(tiny) -> None:
+    """The engine's cached prompt KV was computed with the old weights: after each push, and before
+    anything samples, it is dropped (the real engine's behaviour: tests/vllm/test_engine.py)."""
+    model, tokenizer, ids, mask = tiny
+    eos = tokenizer.eos_token_id
+    engine = CachingStandIn([[([eos], "stop", eos)]] * 3)
+    generator = VLLMGenerator(copy.deepcopy(model), tokenizer, RolloutConfig(), engine=engine, sampling_params=dict)
+    try:
+        generator.generate(ids, mask, 1)  # the first generation pushes (the engine loaded from disk)
+        generator.generate(ids, mask, 1)
+        generator.weights_updated()
+        generator.generate(ids, mask, 1)
+    finally:
+        generator.close()
+    assert engine.events == ["load", "reset", "generate", "generate", "load", "reset", "generate"]

@@ -99,3 +99,38 @@ def test_a_run_on_an_accelerator_leaves_the_heap_and_says_nothing() -> None:
 
     # its large tensors live on the device; the host's allocator is not the one a step waits on
     assert keep_freed_memory("auto", torch.device("meta")) is None
+
+
+SWEEP_SCRIPT = r"""
+import ctypes, json
+import torch
+from grpo_cli.cpu_heap import keep_freed_memory
+
+class MallInfo2(ctypes.Structure):
+    names = "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
+    _fields_ = [(name, ctypes.c_size_t) for name in names.split()]
+
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = MallInfo2
+cpu = torch.device("cpu")
+words = [keep_freed_memory(setting, cpu) for setting in ("auto", "system")]  # a sweep's two jobs
+before = libc.mallinfo2()
+tensor = torch.ones(16 * 2**20)  # 64 MiB, past glibc's largest mmap threshold
+held = libc.mallinfo2()
+again = keep_freed_memory("auto", cpu)  # a third job: auto takes effect again
+print(json.dumps({"words": words + [again], "mapped_for_it": held.hblkhd - before.hblkhd}))
+"""
+
+
+@pytest.mark.skipif(not GLIBC, reason="train.cpu_heap changes glibc's malloc; this is not glibc (or has no mallinfo2)")
+def test_system_after_an_auto_job_in_the_same_process_gives_glibc_its_mapping_back() -> None:
+    """A sweep runs its jobs in one process: `system` after `auto` must not leave glibc changed
+    while its start-up line says the system's defaults."""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", SWEEP_SCRIPT], cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    auto, system, again = seen["words"]
+    assert auto.startswith("kept in the process for reuse") and again == auto
+    assert "restored" in system and "train.cpu_heap=system" in system
+    assert seen["mapped_for_it"] >= 64 * 2**20  # a fresh mapping again, as glibc's default does

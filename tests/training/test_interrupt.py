@@ -130,3 +130,42 @@ def test_a_repeated_sigterm_still_saves_but_a_ctrl_c_after_it_stops_at_once(tmp_
         run(tmp_path / "then_ctrl_c", SignalAt(2, signal.SIGTERM, signal.SIGINT))
     assert stop.value.signum == signal.SIGINT
     assert not (tmp_path / "then_ctrl_c" / "checkpoints").exists()  # stopped inside the step: nothing saved
+
+
+class SigtermWhenSaved:
+    """A train-state part that sends SIGTERM when a checkpoint reads it after a rollback: the
+    cluster's repeated SIGTERM landing while the rolled-back step is being saved."""
+
+    def __init__(self) -> None:
+        self.rolled_back = False
+
+    def state_dict(self) -> dict:
+        if self.rolled_back:
+            self.rolled_back = False
+            os.kill(os.getpid(), signal.SIGTERM)
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rolled_back = True
+
+
+@pytest.mark.usefixtures("sigterm_fails_the_test")
+def test_a_second_sigterm_while_the_rolled_back_step_is_saved_keeps_the_checkpoint(
+    tmp_path: Path, straight: list[dict], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(THIS, "calls", 0)
+    monkeypatch.setattr(THIS, "TERMINATE_AT_CALL", 3)  # step 3 is scored: rolled back, step 2 saved
+    trainer = GRPOTrainer(config(), tmp_path, [MetricsFile(tmp_path / "metrics.jsonl")])
+    trainer.setup()
+    trainer.state.register("sigterm_when_saved", SigtermWhenSaved())
+    try:
+        with pytest.raises(Interrupted) as stop:
+            trainer.train()
+    finally:
+        trainer.observers[-1].close()
+        trainer.cleanup()
+    assert stop.value.signum == signal.SIGTERM
+    assert checkpoints(tmp_path) == ["step_000002"]  # the second SIGTERM waited for the write
+    monkeypatch.setattr(THIS, "TERMINATE_AT_CALL", 0)
+    run(tmp_path)
+    assert reproducible(read_metrics(tmp_path)) == straight

@@ -114,3 +114,14 @@ def test_ref_sync_is_refused_without_a_reference_of_its_own(tmp_path: Path) -> N
     lora.model.lora.enabled = True
     with pytest.raises(GrpoError, match="the reference is the frozen base"):
         GRPOTrainer(lora, tmp_path).setup()
+
+
+def test_fsdp_with_ref_sync_is_refused_for_what_its_checkpoint_would_lose(tmp_path: Path) -> None:
+    """Sharded, the reference lives in shards (`training.sharding`), and a checkpoint's `reference`
+    (`checkpointing.training_state`) is the main process's state_dict: its shards alone. A resume
+    would then KL against a reference missing the other processes' halves, so the start-up check
+    refuses the pair and says why; lifting it means gathering the reference as the optimizer is."""
+    sharded = config(steps=1)
+    sharded.distributed.strategy, sharded.distributed.num_processes = "fsdp", 2
+    with pytest.raises(GrpoError, match=r"algo\.ref_sync\.every=3.*checkpoint would keep.*shards of the reference"):
+        GRPOTrainer(sharded, tmp_path).setup()

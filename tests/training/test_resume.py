@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from grpo_cli.checkpoint import latest_checkpoint
 from grpo_cli.config.schema import CurriculumPhase, TrainConfig
 from grpo_cli.errors import GrpoError
+from grpo_cli.monitor import MetricsFile
 from grpo_cli.training import GRPOTrainer
 from tests.conftest import reproducible
 
@@ -74,3 +76,70 @@ def test_a_multi_turn_run_resumes_as_if_never_stopped(tmp_path: Path) -> None:
     assert [row["step"] for row in resumed] == [3, 4]
     assert reproducible(resumed) == reproducible(straight[2:])
     assert max(row["env/turns_mean"] for row in straight) > 1.0  # trajectories with several turns were resumed
+
+
+def test_a_fresh_start_in_a_used_directory_leaves_nothing_of_the_old_run_to_resume(tmp_path: Path) -> None:
+    """train.resume=never over a run that got further (step 2): the fresh run's checkpoints and
+    metric lines are its own, and the next plain command resumes the fresh run, not the old one.
+    The old run is set aside whole, never deleted."""
+    old = MetricsFile(tmp_path / "metrics.jsonl")
+    trainer = GRPOTrainer(config(2), tmp_path, [old])
+    trainer.setup()
+    trainer.train()
+    old.close()
+    trainer.cleanup()
+    old_lines = (tmp_path / "metrics.jsonl").read_text()
+    fresh = config(1)
+    fresh.train.seed, fresh.train.resume = 1, "never"
+    train(fresh, tmp_path)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_000001"]
+    assert latest_checkpoint(tmp_path) == tmp_path / "checkpoints" / "step_000001"
+    assert not (tmp_path / "metrics.jsonl").exists()  # the old run's lines went with it
+    aside = tmp_path / "replaced_1"
+    assert sorted(p.name for p in (aside / "checkpoints").iterdir()) == ["step_000001", "step_000002"]
+    assert (aside / "metrics.jsonl").read_text() == old_lines
+    go_on = config(2)
+    go_on.train.seed = 1
+    assert train(go_on, tmp_path).resumed_from == tmp_path / "checkpoints" / "step_000001"
+
+
+def test_branching_from_an_older_checkpoint_of_the_same_directory_is_refused(tmp_path: Path) -> None:
+    train(config(2), tmp_path)
+    branch = config(2)
+    branch.train.resume = str(tmp_path / "checkpoints" / "step_000001")
+    with pytest.raises(GrpoError, match=r"holds a later checkpoint \(step_000002\).*another hydra.run.dir"):
+        GRPOTrainer(branch, tmp_path).setup()
+
+
+def truncate_training_state(checkpoint: Path) -> None:
+    path = checkpoint / "training_state.pt"
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])  # a copy cut short, a disk that filled
+
+
+def garble_trainer_state(checkpoint: Path) -> None:
+    (checkpoint / "trainer_state.json").write_text('{"step": 2, "conf')
+
+
+@pytest.mark.parametrize("corrupt", [truncate_training_state, garble_trainer_state])
+def test_a_corrupt_newest_checkpoint_falls_back_to_the_one_before_saying_so(
+    tmp_path: Path, corrupt, caplog: pytest.LogCaptureFixture
+) -> None:
+    train(config(2), tmp_path)
+    corrupt(tmp_path / "checkpoints" / "step_000002")
+    with caplog.at_level("WARNING", logger="grpo"):
+        resumed = train(config(3), tmp_path)
+    assert resumed.resumed_from == tmp_path / "checkpoints" / "step_000001"
+    assert [row["step"] for row in resumed.history] == [2, 3]
+    said = [r.getMessage() for r in caplog.records if "cannot be read" in r.getMessage()]
+    assert len(said) == 1 and "step_000002" in said[0] and "resuming from step_000001" in said[0], said
+
+
+def test_a_corrupt_checkpoint_named_by_train_resume_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    train(config(1), tmp_path / "old")
+    truncate_training_state(tmp_path / "old" / "checkpoints" / "step_000001")
+    named = config(2)
+    named.train.resume = str(tmp_path / "old" / "checkpoints" / "step_000001")
+    with pytest.raises(GrpoError) as refused:
+        GRPOTrainer(named, tmp_path / "new").setup()
+    assert "step_000001/training_state.pt cannot be read" in str(refused.value)
+    assert "\n" not in str(refused.value)

@@ -7,6 +7,7 @@ policy (merged weights), through the trainer with its corrections, across a resu
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from transformers import AutoModelForCausalLM
 from grpo_cli.config.schema import LoraConfig, RolloutConfig, TrainConfig, VllmConfig
 from grpo_cli.core.logprobs import rows_logprobs
 from grpo_cli.core.objective import engine_gap_sum
-from grpo_cli.models import add_lora, load_tokenizer
+from grpo_cli.models import add_lora, build_tiny_model, load_tokenizer
 from grpo_cli.rollout import Rollout, VLLMGenerator, make_generator
 from grpo_cli.training import GRPOTrainer
 from tests.conftest import Recorder
@@ -77,6 +78,29 @@ def test_the_engine_samples_the_policy_and_a_push_reaches_it(head32_dir: Path, m
     finally:
         generator.close()
     assert not generator.shared.path.exists()
+
+
+def test_a_push_drops_the_prompt_kv_the_engine_cached_before_it(tmp_path: Path) -> None:
+    """vLLM keeps the KV of a prompt's full blocks (prefix caching) and serves it again to the same
+    prompt; after a push that KV is the old weights'. A prompt of 490 tokens (a full block at any
+    block size) sampled before and after a push: the second sampling is the new policy's, so the
+    cache was dropped with the push (the short prompts above fill no block, and would pass either way)."""
+    size = dataclasses.replace(HEAD_32, max_position_embeddings=1024)
+    model_dir = build_tiny_model(tmp_path / "model", size, seed=0)
+    tokenizer = load_tokenizer(model_dir)
+    policy = AutoModelForCausalLM.from_pretrained(model_dir)
+    encoded = tokenizer(["+".join(str(i) for i in range(150)) + "="], return_tensors="pt")
+    prompt_tokens = encoded["input_ids"].size(1)
+    assert prompt_tokens > 256  # a full block at any of vLLM's block sizes (256 at most): a cached prefix
+    generator, _ = make_generator(policy, tokenizer, rollout_config(), max_prompt_tokens=prompt_tokens)
+    try:
+        assert engine_gap(generator, policy, encoded) < FLOOR  # the prompt's blocks are cached now
+        moved(policy)
+        generator.weights_updated()
+        assert engine_gap(generator, policy, encoded) < FLOOR  # a kept cache would serve the old weights' KV
+        assert generator.sync.stats.pushes == 2
+    finally:
+        generator.close()
 
 
 def test_a_lora_policy_reaches_the_engine_merged(head32_dir: Path) -> None:

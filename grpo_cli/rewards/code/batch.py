@@ -1,5 +1,5 @@
 """One batch of sandboxed scoring jobs: the process's sandboxes, built on first use and cached
-per distinct set of settings, and the threads that run a batch's jobs under one wall-clock deadline.
+per distinct set of settings, and a batch's jobs run under one wall-clock deadline.
 Importing this module starts nothing."""
 
 from __future__ import annotations
@@ -7,18 +7,19 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import functools
+import logging
 import threading
-import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any
 
+from grpo_cli.bounded_calls import DONE, RAISED, run_bounded
 from grpo_cli.config.schema import SandboxConfig
 from grpo_cli.rewards.code.faults import HarnessFault
 from grpo_cli.rewards.code.sandbox import Sandbox
 
 BATCH_TIMEOUT_S = 50.0  # a batch's wall clock for code_tests; below the executor's 60 s default watchdog
 
+logger = logging.getLogger("grpo.sandbox")
 _SANDBOXES: dict[tuple[Any, ...], Sandbox] = {}  # sandbox settings -> Sandbox, one per process
 _SANDBOX_LOCK = threading.Lock()
 
@@ -54,28 +55,20 @@ def close_sandboxes() -> None:
 
 
 def run_batch(jobs: dict[int, Callable[[], float | None]], workers: int, deadline_s: float) -> dict[int, Any]:
-    """Run the jobs on `workers` threads (each sandbox session is its own process) until the
-    deadline. A job still running then scores 0 (it was slow), and so does one never started:
-    the time went to its batch's slow candidates, and a None would drop code_tests from that
-    completion's fused mean only, so a wrong answer queued behind hangs would outscore them."""
+    """Run the jobs on at most `workers` threads (each sandbox session is its own process) until
+    the deadline, through the runner env=code_feedback's steps use (`grpo_cli.bounded_calls`). A job
+    still running then scores 0 (it was slow), and so does one never started: the time went to its
+    batch's slow candidates, and a None would drop code_tests from that completion's fused mean
+    only, so a wrong answer queued behind hangs would outscore them. A job that raises (our bug:
+    whatever the candidate causes is a verdict) leaves its own row unscored (None), said in the
+    log, and never another row: one completion cannot void its batch."""
+    indices = list(jobs)
+    outcomes = run_bounded([jobs[i] for i in indices], workers, deadline_s=deadline_s, name="code-tests")
     results: dict[int, Any] = {}
-    pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="code-tests")
-    futures = {pool.submit(job): i for i, job in jobs.items()}
-    end = time.monotonic() + deadline_s
-    pending = set(futures)
-    error: BaseException | None = None
-    while pending:
-        done, pending = wait(pending, timeout=max(0.0, end - time.monotonic()), return_when=FIRST_COMPLETED)
-        for future in done:
-            error = error or future.exception()
-            results[futures[future]] = None if future.exception() else future.result()
-        if time.monotonic() >= end:
-            break
-    for future in pending:
-        results[futures[future]] = 0.0  # started or not: never None, which only a harness fault gives
-    pool.shutdown(wait=False, cancel_futures=True)  # running sessions end on their own timeouts
-    if error is not None:
-        raise error  # a broken task (e.g. a `test` without check()) is the data's bug: say so loudly
+    for i, outcome in zip(indices, outcomes):
+        if outcome.state == RAISED:
+            logger.error("code tests: row %d left unscored: %r", i, outcome.error, exc_info=outcome.error)
+        results[i] = outcome.value if outcome.state in (DONE, RAISED) else 0.0  # never None for slowness
     return results
 
 

@@ -9,6 +9,7 @@ import builtins
 import dataclasses
 import math
 import random
+import reprlib
 import threading
 import types
 from collections import OrderedDict
@@ -79,6 +80,11 @@ def tasks_from_columns(
         task = Task.from_row(prompts[i], entry_point[i], test[i], test_list[i], io[i], row)
         if (task.test or task.test_list) and not task.io and not task.entry_point:
             raise ValueError(f"code tests: row {i} has function tests but no entry_point")
+        if task.test and not task.io:
+            try:  # the data's bug, said before anything runs (a job's error leaves only its row unscored)
+                check_units(task.test)
+            except (ValueError, SyntaxError) as err:
+                raise ValueError(f"code tests: row {i}'s test: {err}") from None
         tasks.append(task)
     return tasks
 
@@ -123,6 +129,37 @@ FAILED = Verdict(0, 1, False)  # whatever the candidate caused before any unit c
 FEEDBACK_CHARS = 400  # of each untrusted part of a failure (a value, a message, the output)
 
 
+class _Shown(reprlib.Repr):
+    """repr, cut to a few items per container and FEEDBACK_CHARS per string: an int over Python's
+    digit limit for str() (10**20000) is described, not printed (its repr raises ValueError)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel, self.maxlist, self.maxtuple, self.maxdict, self.maxset = 4, 12, 12, 12, 12
+        self.maxstring, self.maxother, self.maxlong = FEEDBACK_CHARS, FEEDBACK_CHARS, 100
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 1000:  # ~300 digits: beyond what feedback can usefully show
+            return f"<an int of about {int(x.bit_length() * math.log10(2)) + 1} digits>"
+        return super().repr_int(x, level)
+
+
+_SHOWN = _Shown()
+
+
+def shown(value: Any) -> str:
+    """What a candidate's function returned, as at most FEEDBACK_CHARS of text, whatever it is:
+    the sandbox's strict values can be too big to print, and feedback must never fail a batch.
+
+    >>> shown(10**20000), shown([1] * 50)
+    ('<an int of about 20001 digits>', '[1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, ...]')
+    """
+    try:
+        return _SHOWN.repr(value)[:FEEDBACK_CHARS]
+    except Exception as err:  # anything a value's repr raises: describe the value instead
+        return f"<a {type(value).__name__} that cannot be printed: {type(err).__name__}>"
+
+
 def describe_failure(
     test: str | None, error: CandidateFailure | None = None, got: Any = None, printed: str = "", stopped: bool = False
 ) -> str:
@@ -146,7 +183,7 @@ def describe_failure(
         if error.trace:
             lines.append(f"Traceback (your code, most recent call last):\n{error.trace[-FEEDBACK_CHARS * 2 :]}")
     elif got is not None:
-        lines.append(f"Your function returned: {repr(got)[:FEEDBACK_CHARS]}")
+        lines.append(f"Your function returned: {shown(got)}")
     elif stopped:
         lines.append("It crashed, timed out or exited before the tests finished.")
     if printed.strip():

@@ -1,8 +1,8 @@
 """The field table of docs/coming-from-trl.md, written from the TRL mapping so the page cannot drift.
 
 The page is prose around one generated block between BEGIN and END; `python -m
-grpo_cli.config.trl_page --write docs/coming-from-trl.md` rewrites the block, `--check` (run by
-.ci/run and tests/docs) fails when it differs from grpo_cli/config/trl_mapping.py.
+grpo_cli.config.trl.page --write docs/coming-from-trl.md` rewrites the block, `--check` (run by
+.ci/run and tests/docs) fails when it differs from grpo_cli/config/trl/mapping.py.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.config.trl_mapping import SECTIONS, TRAINER_FALLBACK, TRAINER_REASONS, TrlField
+from grpo_cli.config.trl.mapping import SECTIONS, TRAINER_FALLBACK, TRAINER_REASONS, TrlField
 
-BEGIN = "<!-- generated from grpo_cli/config/trl_mapping.py by python -m grpo_cli.config.trl_page --write -->"
+BEGIN = "<!-- generated from grpo_cli/config/trl/mapping.py by python -m grpo_cli.config.trl.page --write -->"
 END = "<!-- end of the generated table -->"
 HEADER = "| TRL field | TRL default | grpo | how, or why none |"
 
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         path.write_text(rewritten(page), encoding="utf-8")
         return 0
     if rewritten(page) != page:
-        print(f"{path} is stale: python -m grpo_cli.config.trl_page --write {path}", file=sys.stderr)
+        print(f"{path} is stale: python -m grpo_cli.config.trl.page --write {path}", file=sys.stderr)
         return 1
     return 0
 

@@ -1,4 +1,4 @@
-"""The value conversions of the TRL mapping (grpo_cli/config/trl_mapping.py) that are more than a
+"""The value conversions of the TRL mapping (grpo_cli/config/trl/mapping.py) that are more than a
 rename: TRL counts its batch in completions per device and its run in optimizer steps, where grpo
 counts prompts per step and rollout steps; schedules, precision and trackers are spelled otherwise.
 
@@ -121,6 +121,20 @@ def steps_or_ratio(value: Any, get: Lookup, name: str) -> int:
     return math.ceil(value * total)
 
 
+def interval(value: Any, get: Lookup, name: str) -> int:
+    """A Trainer interval (save_steps, eval_steps, logging_steps, ...) in grpo steps. transformers
+    counts it in optimizer steps, as max_steps, so it is divided by the same updates per step, or
+    TRL's 5 checkpoints would become 1. Rounded down (at least 1): never fewer events than TRL's.
+
+    >>> interval(20, {"num_iterations": 1, "per_device_train_batch_size": 8, "num_generations": 8,
+    ...               "gradient_accumulation_steps": 1, "generation_batch_size": None,
+    ...               "steps_per_generation": 4}.get, "save_steps")
+    5
+    """
+    steps = steps_or_ratio(value, get, name)
+    return max(1, steps // updates_per_step(get)) if steps else 0
+
+
 def max_steps(value: Any, get: Lookup) -> Outcome:
     steps = number(value, int)
     if steps < 1:
@@ -189,13 +203,13 @@ def save_strategy(value: Any, get: Lookup) -> Outcome:
         return Outcome({"train.save_every": 0}, "grpo still writes the final checkpoint")
     if value != "steps":
         raise BadTrlValue("grpo saves every train.save_every steps: use steps (or no)")
-    return Outcome({"train.save_every": steps_or_ratio(get("save_steps"), get, "save_steps")})
+    return Outcome({"train.save_every": interval(get("save_steps"), get, "save_steps")})
 
 
 def save_steps(value: Any, get: Lookup) -> Outcome:
     if get("save_strategy") != "steps":  # transformers ignores it then
         return Outcome(left_out=f"unused while save_strategy is {get('save_strategy')}")
-    return Outcome({"train.save_every": steps_or_ratio(value, get, "save_steps")})
+    return Outcome({"train.save_every": interval(value, get, "save_steps")})
 
 
 def eval_strategy(value: Any, get: Lookup) -> Outcome:
@@ -205,7 +219,7 @@ def eval_strategy(value: Any, get: Lookup) -> Outcome:
         raise BadTrlValue("grpo evaluates every train.eval_every steps: use steps (or no)")
     every = get("eval_steps")
     every = get("logging_steps") if every is None else every  # transformers' rule for an unset eval_steps
-    return Outcome({"train.eval_every": steps_or_ratio(every, get, "eval_steps")})
+    return Outcome({"train.eval_every": interval(every, get, "eval_steps")})
 
 
 def eval_steps(value: Any, get: Lookup) -> Outcome:
@@ -217,7 +231,7 @@ def eval_steps(value: Any, get: Lookup) -> Outcome:
 
 
 def log_completions(value: Any, get: Lookup) -> Outcome:
-    every = steps_or_ratio(get("logging_steps"), get, "logging_steps") if flag(value) else 0
+    every = interval(get("logging_steps"), get, "logging_steps") if flag(value) else 0
     return Outcome({"monitor.log_completions_every": every})
 
 

@@ -1,4 +1,4 @@
-"""A TRL config's fields through the mapping (grpo_cli/config/trl_mapping.py): which fields exist,
+"""A TRL config's fields through the mapping (grpo_cli/config/trl/mapping.py): which fields exist,
 what each becomes, and the contradictions only the whole file shows (two fields setting one key)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from grpo_cli.config.trl_mapping import FIELDS, trainer_reason
-from grpo_cli.config.trl_values import BadTrlValue
+from grpo_cli.config.trl.mapping import FIELDS, trainer_reason
+from grpo_cli.config.trl.values import BadTrlValue
 
 
 @cache
