@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import difflib
 import os
+import signal
 import sys
+import threading
 
 from grpo_cli import __version__
 from grpo_cli.commands import BY_NAME, SUBCOMMANDS
@@ -30,8 +32,36 @@ def launched_by_accelerate() -> bool:
     return WORKER_ENV not in os.environ
 
 
+def check_one_of_several() -> None:
+    """accelerate's simple launcher (`accelerate launch --cpu`, or a launch with no GPU and no config)
+    starts one process whatever --num_processes says (more need MPI); asked for more, it sets
+    MASTER_ADDR but no WORLD_SIZE. The run would train alone, as if it had been asked to."""
+    if "ACCELERATE_USE_CPU" in os.environ and "MASTER_ADDR" in os.environ and "WORLD_SIZE" not in os.environ:
+        from grpo_cli.errors import GrpoError
+
+        raise GrpoError(
+            "accelerate launch asked for several processes (--num_processes) but started this one only: its "
+            "--cpu launcher (also the one without GPUs) needs MPI for more. Use accelerate launch --multi_gpu "
+            "--num_processes N -m grpo_cli train (grpo uses gloo without CUDA), torchrun, or grpo train "
+            "distributed.num_processes=N train.device=cpu"
+        )
+
+
 def main(argv: list[str] | None = None) -> None:
+    """`grpo`: a Ctrl-C that no command handles itself (Hydra composing, torch importing) is one
+    line and 130; once a command has returned, a Ctrl-C would only cut the interpreter's teardown
+    and turn finished work into 130, so it is ignored from there."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        _dispatch(argv)
+    except KeyboardInterrupt:
+        print(f"interrupted: grpo {argv[0] if argv else ''} stopped; nothing more was done", file=sys.stderr)
+        sys.exit(130)
+    if threading.current_thread() is threading.main_thread():  # where signal handlers live
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _dispatch(argv: list[str]) -> None:
     if not argv or argv[0] in ("-h", "--help"):
         _print_help()
         sys.exit(0 if argv else 2)
@@ -58,6 +88,8 @@ def main(argv: list[str] | None = None) -> None:
 
         at = rest.index("--keys")
         sys.exit(print_keys(sub.schema, rest[at + 1] if at + 1 < len(rest) else ""))
+    if name == "train":
+        report_user_errors(check_one_of_several)
     if name == "train" and launched_by_accelerate() and int(os.environ.get("RANK", "0")) != 0:
         from grpo_cli.commands.launch import follow_main_process
 

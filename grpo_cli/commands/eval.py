@@ -52,7 +52,7 @@ def _generated(
         log.warning(notice)
     examples = select_split(load_examples(cfg.data), cfg.split, cfg.data)
     data_columns = list({k for ex in examples for k in ex if k != "prompt"})
-    check_columns(fusion.sources, data_columns + environment_columns(cfg.env, cfg.sandbox))
+    check_columns(fusion.sources, data_columns + environment_columns(cfg.env, cfg.sandbox, examples))
     loaded = load_sampling_model(
         cfg.model,
         cfg.data,
@@ -76,10 +76,8 @@ def _generated(
     greedy, answers = {}, []
     if cfg.greedy:
         with PromptProgress("eval: greedy", len(examples), "auto", console) as progress:
-            greedy = evaluate_greedy(
-                examples, encoder, generator, executor, fusion, rule, cfg.batch_size,
-                on_batch=progress.advance, answers=answers,
-            )
+            scoring = (executor, fusion, rule, cfg.batch_size)
+            greedy = evaluate_greedy(examples, encoder, generator, *scoring, on_batch=progress.advance, answers=answers)
     loop = loaded.loop
     del loaded, generator  # a multirun's next job starts from free memory
     if torch.cuda.is_available():

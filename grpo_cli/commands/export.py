@@ -30,7 +30,14 @@ from rich.console import Console
 from rich.markup import escape
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
-from grpo_cli.checkpoint import base_model_dir, is_complete, latest_checkpoint, read_trainer_state, run_dir_of
+from grpo_cli.checkpoint import (
+    base_model_dir,
+    is_complete,
+    latest_checkpoint,
+    read_trainer_state,
+    run_dir_of,
+    write_errors_as_os_errors,
+)
 from grpo_cli.commands.errors import CANNOT_WRITE, EXIT_INTERRUPTED
 from grpo_cli.config.schema import EXPORT_DTYPES, ExportConfig
 from grpo_cli.errors import GrpoError
@@ -254,7 +261,7 @@ def export_gguf(source: Path, output: Path, dtype_name: str) -> float:
     model, tokenizer = load_gguf(source)
     source_logits = prompt_logits(model, tokenizer)
     model.to(dtype)
-    with staging(output) as tmp:
+    with staging(output) as tmp, write_errors_as_os_errors(output):  # a full disk inside safetensors: one line
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         del model
@@ -314,7 +321,7 @@ def export_checkpoint(checkpoint: Path, output: Path, cfg: ExportConfig) -> floa
         model.peft_config["default"].base_model_name_or_path = str(base)
     model.to(dtype)
 
-    with staging(output) as tmp:
+    with staging(output) as tmp, write_errors_as_os_errors(output):  # a full disk inside safetensors: one line
         model.save_pretrained(tmp)
         if adapter and not merge:
             model.generation_config.save_pretrained(tmp)

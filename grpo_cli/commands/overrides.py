@@ -169,6 +169,21 @@ def check_value(override: Override, schema_config: DictConfig) -> None:
             raise GrpoError(f"{key}={shown}: {reason}") from None
 
 
+def check_no_repeats(overrides: list[Override]) -> None:
+    """A sweep's key given twice (`-m train.seed=0,1 train.seed=2`): Hydra keeps one and runs fewer
+    jobs than written, without a word. A single run keeps the last, as Hydra documents (a script's
+    base overrides, then the one it changes), so only -m refuses."""
+    seen: dict[str, str] = {}  # key (`+key`, `++key`, `~key` are the same key) -> as written
+    for override in overrides:
+        name = override.key_or_group
+        if name in seen:
+            raise GrpoError(
+                f"-m: {name} is given twice ({seen[name]} and {override.input_line}): a sweep takes one value "
+                f"list per key: give {name} once, with every value (e.g. {name}=a,b,c)"
+            )
+        seen[name] = override.input_line or override.get_key_element()
+
+
 def check_overrides(argv: list[str], schema: type) -> None:
     args, _ = get_args_parser().parse_known_args(argv)
     check_modes(args)
@@ -178,6 +193,8 @@ def check_overrides(argv: list[str], schema: type) -> None:
         overrides = OverridesParser.create().parse_overrides(args.overrides)
     except HydraException as err:
         raise GrpoError(str(err)) from None
+    if args.multirun:
+        check_no_repeats(overrides)
     groups = _config_groups([args.config_dir] if args.config_dir else [])
     schema_config = OmegaConf.structured(schema)
     for override in overrides:

@@ -49,23 +49,25 @@ def lock_run_dir(run_dir: Path) -> bool:
     return True
 
 
-def _make_run_dir(given: Path, key: Path) -> None:
-    """Create the run directory, or say what is wrong with the value given (the lock is not the
-    problem when the directory itself cannot exist)."""
+def _make_run_dir(given: Path, key: Path, setting: str = "hydra.run.dir") -> None:
+    """Create the run (or sweep) directory, or say what is wrong with the value given (the lock is
+    not the problem when the directory itself cannot exist)."""
     if key.exists() and not key.is_dir():
-        raise GrpoError(f"hydra.run.dir={given} is a file, not a directory: name a directory for the run")
+        raise GrpoError(f"{setting}={given} is a file, not a directory: name a directory for the run")
     try:
         key.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         parent = next(p for p in key.parents if p.exists())  # `/` at worst
         if not parent.is_dir():
-            message = f"hydra.run.dir={given}: {parent} is a file, not a directory: name a directory for the run"
+            message = f"{setting}={given}: {parent} is a file, not a directory: name a directory for the run"
             raise GrpoError(message) from None
         why = "" if err.errno == errno.ENOENT else f" ({err.strerror})"  # /proc's ENOENT: "no such file", misleading
         raise GrpoError(
-            f"hydra.run.dir={given}: cannot create the directory: {parent} takes no new directories{why}; "
+            f"{setting}={given}: cannot create the directory: {parent} takes no new directories{why}; "
             "name a writable place for the run"
         ) from None
+    if not os.access(key, os.W_OK | os.X_OK):
+        raise GrpoError(f"{setting}={given}: the directory is not writable: name a writable place for the run")
 
 
 def unlock_run_dir(run_dir: Path) -> None:
@@ -89,13 +91,18 @@ def explicit_run_dir(overrides: list[str]) -> Path | None:
     """The `hydra.run.dir=DIR` of a single run's command line, when it is a plain path: it can be
     locked before Hydra writes .hydra/ into it. A multirun, a Hydra flag (--cfg, --help) or an
     interpolated directory (${now:...}) leave the lock to the task. An empty `hydra.run.dir=` or
-    `hydra.sweep.dir=` is refused: Hydra would run in the current directory, over the user's files."""
+    `hydra.sweep.dir=` is refused: Hydra would run in the current directory, over the user's files;
+    a plain `hydra.sweep.dir` is made here, where a failure is one line, not Hydra's traceback."""
     for key in ("hydra.run.dir", "hydra.sweep.dir"):
         if any(arg.startswith(f"{key}=") and not arg.split("=", 1)[1].strip("'\" ") for arg in overrides):
             raise GrpoError(
                 f"{key} is empty: it would run in the current directory and overwrite its files; name a directory "
                 "for the run"
             )
+    sweep_dirs = [arg.split("=", 1)[1].strip("'\"") for arg in overrides if arg.startswith("hydra.sweep.dir=")]
+    multirun = any(arg in ("-m", "--multirun", "hydra.mode=MULTIRUN") for arg in overrides)
+    if multirun and sweep_dirs and "${" not in sweep_dirs[-1]:  # made now, as Hydra would, with a one-line error
+        _make_run_dir(Path(sweep_dirs[-1]), Path(sweep_dirs[-1]).resolve(), "hydra.sweep.dir")
     if any(arg.startswith("-") or arg.startswith("hydra.mode=") for arg in overrides):
         return None
     values = [arg.split("=", 1)[1] for arg in overrides if arg.startswith("hydra.run.dir=")]

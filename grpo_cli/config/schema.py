@@ -171,7 +171,7 @@ class EvalConfig:
     tokenizer: str | None = None  # input only: a local model/tokenizer dir counting tokens where no token_count
     seed: int = 0  # sampling seed
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    threads: int = 0  # torch CPU threads; 0: auto (1 for the tiny model on CPU, else torch's)
+    threads: int = 0  # torch CPU threads, at most the cores; 0: auto (1 for the tiny model on CPU, else torch's)
     eval: EvalMetricsConfig = field(default_factory=EvalMetricsConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -205,7 +205,7 @@ class RolloutRunConfig:
     max_prompts: int = 0  # 0: every prompt of the split
     seed: int = 0  # torch is reseeded per batch from it: same seed, same file, also across a resume
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    threads: int = 0  # torch CPU threads; 0: auto (1 for the tiny model on CPU, else torch's)
+    threads: int = 0  # torch CPU threads, at most the cores; 0: auto (1 for the tiny model on CPU, else torch's)
     console: str = "auto"  # CONSOLES: progress bar on a terminal, plain lines otherwise
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)

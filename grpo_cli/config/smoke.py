@@ -34,6 +34,7 @@ def apply_smoke(cfg: TrainConfig) -> None:
     cfg.train.device = "cpu"
     cfg.rollout.num_generations = d.num_generations
     cfg.rollout.max_new_tokens = d.max_new_tokens
+    cfg.rollout.min_new_tokens = min(cfg.rollout.min_new_tokens, d.max_new_tokens)  # within the new length
     cfg.data.max_examples = d.max_examples
     cfg.data.max_prompt_tokens = min(cfg.data.max_prompt_tokens, 128)
     cfg.algo.mini_batches = min(cfg.algo.mini_batches, max(1, d.prompts_per_step // cfg.distributed.num_processes))

@@ -120,6 +120,11 @@ def load_environment(env: EnvConfig, sandbox: SandboxConfig) -> EnvironmentSpec 
     validate_env(env)  # a library caller may not have run the command's checks
     if env.name == "none":
         return None
+    # here, not in validate_env: the packaged options are composed and validated without a target
+    if env.name in ("custom", "trl") and not env.target:
+        raise GrpoError(f"env={env.name} needs env.target=module:Class (the environment class)")
+    if env.name == "tools" and not env.tools:
+        raise GrpoError("env=tools needs env.tools=[module:function,...] (the tool functions)")
     if env.name == "calculator":
         spec = EnvironmentSpec("calculator", CalculatorEnvironment, CalculatorEnvironment().tools, TOOL_COLUMNS)
     elif env.name == "code_feedback":

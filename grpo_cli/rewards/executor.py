@@ -70,10 +70,11 @@ def concat_scores(parts: list[dict[str, BatchScores]], concurrent: bool = False)
     isolation counts batches. `concurrent`: the parts ran at once (processes), so the batch took
     the longest part's time, not their sum.
 
-    >>> a, b = {"f": BatchScores([1.0], row_errors={0: "boom"})}, {"f": BatchScores([2.0, 3.0], missing={"x": [1]})}
+    >>> a = {"f": BatchScores([1.0], row_errors={0: "boom"})}
+    >>> b = {"f": BatchScores([2.0, 3.0], missing={"x": [1]}, env_failed={0: "reset: down"})}
     >>> both = concat_scores([a, b])["f"]
-    >>> both.values, both.row_errors, both.missing
-    ([1.0, 2.0, 3.0], {0: 'boom'}, {'x': [2]})
+    >>> both.values, both.row_errors, both.missing, both.env_failed
+    ([1.0, 2.0, 3.0], {0: 'boom'}, {'x': [2]}, {1: 'reset: down'})
     """
     out = {}
     for name in parts[0]:

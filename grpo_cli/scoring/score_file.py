@@ -25,6 +25,7 @@ from grpo_cli.errors import GrpoError
 from grpo_cli.rewards import FusionResult, RewardBatch, RewardExecutor, RewardFusion, score_and_fuse
 from grpo_cli.rewards.scoring import with_environment_columns
 from grpo_cli.rewards.sources import uses_completion_lengths
+from grpo_cli.rewards.trl_style import multi_turn_columns
 from grpo_cli.stats import WeightEffect, Welford
 
 
@@ -127,6 +128,8 @@ def scored_batches(
         names = dict.fromkeys(name for c in completions for name in (c.get("env") or {}))
         env_columns = {name: [(c.get("env") or {}).get(name) for c in completions] for name in names}
         combine = with_environment_columns(reward_batch, env_columns, None)  # a multi-turn rollout's columns
+        if completions and all("messages" in c for c in completions):  # its conversations, for TRL-style rewards
+            reward_batch.columns.update(multi_turn_columns([c["messages"] for c in completions], None))
         result = score_and_fuse(
             executor, fusion, reward_batch, update_state=update_state, grouped=grouped, combine=combine
         )

@@ -125,7 +125,7 @@ class GRPOTrainer:
         reference = frozen_reference(self.model, starting_dir) if cfg.algo.beta > 0 else None
         self.build_sampling()
         prompts = [ex["prompt"] for ex in train_examples]  # env.*: every prompt keeps the tools' description
-        check_tools_fit(cfg.env, cfg.data, cfg.rollout, context_length(self.model), self.encoder, prompts)
+        check_tools_fit(cfg, context_length(self.model), self.encoder, prompts)
         splits, self.prompt_budget = fit_to_model(
             {"train": train_examples, "eval": eval_examples}, self.encoder, self.model, cfg.data, cfg.rollout
         )

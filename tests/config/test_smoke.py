@@ -35,3 +35,11 @@ def test_a_tiny_recipe_keeps_its_size() -> None:
     cfg = valid_config(**{"model.tiny": TinyModelConfig(hidden_size=128, num_layers=3)})
     apply_smoke(cfg)
     assert cfg.model.tiny == TinyModelConfig(hidden_size=128, num_layers=3)
+
+
+def test_a_fixed_length_run_validates_in_smoke_mode() -> None:
+    """benchmarks.md's `rollout.min_new_tokens=16`: smoke's 8 new tokens must not leave a minimum above them."""
+    cfg = valid_config(**{"rollout.max_new_tokens": 16, "rollout.min_new_tokens": 16})
+    apply_smoke(cfg)
+    validate(cfg)
+    assert cfg.rollout.min_new_tokens == cfg.rollout.max_new_tokens == 8

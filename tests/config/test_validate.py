@@ -404,5 +404,5 @@ def test_luspo_at_the_token_level_is_a_warning() -> None:
 @pytest.mark.parametrize("validate_command", [validate_eval, validate_rollout])
 def test_eval_and_rollout_refuse_negative_threads(validate_command: Callable[[Any], None]) -> None:
     cfg = EvalConfig(threads=-1) if validate_command is validate_eval else RolloutRunConfig(threads=-1)
-    with pytest.raises(GrpoError, match=r"^invalid value threads=-1: must be >= 0 \(0: auto\)$"):
+    with pytest.raises(GrpoError, match=r"^invalid value threads=-1: must be >= 0 \(torch CPU threads; 0: auto\)$"):
         validate_command(cfg)

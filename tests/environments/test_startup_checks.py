@@ -124,3 +124,20 @@ def test_env_calculator_keeps_the_tools_description_in_every_prompt_or_refuses(t
     assert '"name": "calculate"' in prompt and "<tool_call>" in prompt  # the model is told about the tool
     assert prompt.rstrip().endswith("assistant:")  # and the question is there too, at the end
     assert batch[0]["prompt"][-1]["content"] in prompt
+
+
+@pytest.mark.parametrize("max_turns", [2, 1])
+def test_a_run_whose_turns_are_all_cut_says_no_trajectory_reached_a_second_turn(tmp_path: Path, max_turns: int) -> None:
+    """The tiny model at rollout.max_new_tokens=4 never samples an EOS in time: every turn is cut,
+    a cut turn gets no answer, and a multi-turn run is single-turn. It says so (not with one turn allowed)."""
+    cfg = small(name="custom", target="tests.rollout.environments:EchoEnv", max_turns=max_turns)
+    trainer = GRPOTrainer(cfg, tmp_path)
+    trainer.setup()
+    try:
+        result = trainer.step()
+    finally:
+        trainer.cleanup()
+    assert result.metrics["env/turns_mean"] == 1.0
+    said = [line for line in result.alerts if "no trajectory reached a second turn" in line]
+    assert len(said) == (max_turns > 1)
+    assert all("cut at rollout.max_new_tokens before an EOS" in line for line in said)

@@ -4,8 +4,10 @@ log_extra, log_metric and the data's columns; ours keep (prompts, completions, *
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -19,6 +21,8 @@ from grpo_cli.rewards.trl_style import calling_convention, multi_turn_columns
 from grpo_cli.rollout import make_generator
 from grpo_cli.rollout.episodes import with_environment
 from grpo_cli.rollout.prompts import PromptEncoder
+from grpo_cli.rollout.stream import group_records, indexed_examples
+from grpo_cli.scoring.score_file import score_rollouts_file
 from grpo_cli.training import GRPOTrainer
 from grpo_cli.training.pipeline import generate_groups, score_rows
 from tests.conftest import Recorder, read_metrics, run_grpo
@@ -130,42 +134,66 @@ def test_a_reward_file_from_trls_docs_trains_from_the_command_line(tmp_path: Pat
         assert row["reward/len/mean"] <= 0 and row["reward/len/nan_frac"] == 0.0
 
 
-def test_a_multi_turn_rollout_hands_trls_environments_and_whole_conversations(tiny_model_dir) -> None:
-    """What TRL 1.16's GRPOTrainer passes a reward on a multi-turn rollout: `environments`, each
-    completion's environment instance, and as `completions` the whole conversation after the prompt
-    (every model turn and the environment's answers between them), not the last turn's text."""
+MULTI_TURN_EXAMPLES = [{"prompt": f"{a}+{a}=", "answer": str(2 * a)} for a in range(1, 5)]
+
+
+@pytest.fixture(scope="module")
+def echo_episodes(tiny_model_dir):
+    """A multi-turn generator (env=custom, EchoEnv answers every turn) on an EOS-leaning tiny model,
+    so turns end and trajectories take several; and its rollout of MULTI_TURN_EXAMPLES, G=3."""
     tokenizer = load_tokenizer(tiny_model_dir)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
-    with torch.no_grad():  # an EOS-leaning model, so turns end and trajectories take several
+    with torch.no_grad():
         model.lm_head.weight[tokenizer.eos_token_id] += 3.0 * model.get_input_embeddings().weight.std()
     rollout_cfg = RolloutConfig(max_new_tokens=6)
     env = EnvConfig(name="custom", target="tests.rollout.environments:EchoEnv", max_turns=3)
     encoder = PromptEncoder(tokenizer, 64, torch.device("cpu"))
     generator, _ = make_generator(model, tokenizer, rollout_cfg)
     generator, _ = with_environment(generator, encoder, tokenizer, env, SandboxConfig(), rollout_cfg, 512)
-    examples = [{"prompt": f"{a}+{a}=", "answer": str(2 * a)} for a in range(1, 5)]
     torch.manual_seed(0)
-    rollout = generate_groups(examples, encoder, generator, 3)
+    rollout = generate_groups(MULTI_TURN_EXAMPLES, encoder, generator, 3)
+    assert max(rollout.env_columns["env_turns"]) > 1, "no second turn: a conversation would look like a turn"
+    return SimpleNamespace(generator=generator, encoder=encoder, tokenizer=tokenizer, cfg=rollout_cfg, rollout=rollout)
+
+
+def test_a_multi_turn_rollout_hands_trls_environments_and_whole_conversations(echo_episodes) -> None:
+    """What TRL 1.16's GRPOTrainer passes a reward on a multi-turn rollout: `environments`, each
+    completion's environment instance, and as `completions` the whole conversation after the prompt
+    (every model turn and the environment's answers between them), not the last turn's text."""
+    rollout = echo_episodes.rollout
     spec = RewardFunctionConfig(name="turns", target=TARGET + "turns_from_the_environments")
-    fusion = RewardFusion(resolve_reward_sources([spec]))
     trl_functions.SEEN.clear()
     with RewardExecutor(num_workers=0) as executor:
-        scores = score_rows(examples, rollout, executor, fusion)["turns"]
-    assert scores.error is None, scores.error
+        scores = score_rows(MULTI_TURN_EXAMPLES, rollout, executor, RewardFusion(resolve_reward_sources([spec])))
+    assert scores["turns"].error is None, scores["turns"].error
     seen = trl_functions.SEEN[-1]
     turns = rollout.env_columns["env_turns"]
-    assert max(turns) > 1, "no trajectory took a second turn: the test would not tell a conversation from a turn"
     assert [type(e).__name__ for e in seen["environments"]] == ["EchoEnv"] * len(turns)
-    assert scores.values == [float(e.turns) for e in seen["environments"]]  # the row's own instance
-    for conversation, text, n, env_turns in zip(seen["completions"], rollout.texts, turns, seen["environments"]):
+    assert scores["turns"].values == [float(e.turns) for e in seen["environments"]]  # the row's own instance
+    for conversation, text, n, env in zip(seen["completions"], rollout.texts, turns, seen["environments"]):
         assert [m["role"] for m in conversation][::2] == ["assistant"] * n  # every model turn, in order
         assert [m["content"] for m in conversation[1::2]] == [f"try again {k}" for k in range(1, n)]  # the answers
-        assert conversation[-1] == {"role": "assistant", "content": text} and env_turns.turns >= n
-    # env=trl: the instances of the user's own class, as TRL's environment_factory builds them
+        assert conversation[-1] == {"role": "assistant", "content": text} and env.turns >= n
+
+
+def test_grpo_score_hands_a_trl_style_reward_the_conversations_the_rollouts_file_keeps(echo_episodes, tmp_path) -> None:
+    rollout = echo_episodes.rollout
+    path = tmp_path / "rollouts.jsonl"
+    records = group_records(indexed_examples(MULTI_TURN_EXAMPLES), rollout)
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    spec = RewardFunctionConfig(name="longer", target=TARGET + "longer_is_better")
+    trl_functions.SEEN.clear()
+    with RewardExecutor(num_workers=0) as executor:
+        score_rollouts_file(path, tmp_path / "scored.jsonl", RewardFusion(resolve_reward_sources([spec])), executor)
+    assert trl_functions.SEEN[-1]["completions"] == rollout.messages
+
+
+def test_env_trl_hands_the_instances_of_the_users_class(echo_episodes) -> None:
+    """As TRL's environment_factory builds them, not grpo's adapter around them."""
+    e = echo_episodes
     env = EnvConfig(name="trl", target="tests.rollout.environments:CounterEnv", max_turns=2)
-    generator, _ = with_environment(generator.inner, encoder, tokenizer, env, SandboxConfig(), rollout_cfg, 512)
-    rollout = generate_groups(
-        [{"prompt": [{"role": "user", "content": "Count."}], "answer": "3"}], encoder, generator, 2
-    )
-    batch_columns = multi_turn_columns(rollout.messages, rollout.environments)
-    assert [type(e).__name__ for e in batch_columns["environments"]] == ["CounterEnv", "CounterEnv"]
+    generator, _ = with_environment(e.generator.inner, e.encoder, e.tokenizer, env, SandboxConfig(), e.cfg, 512)
+    examples = [{"prompt": [{"role": "user", "content": "Count."}], "answer": "3"}]
+    rollout = generate_groups(examples, e.encoder, generator, 2)
+    columns = multi_turn_columns(rollout.messages, rollout.environments)
+    assert [type(env).__name__ for env in columns["environments"]] == ["CounterEnv", "CounterEnv"]

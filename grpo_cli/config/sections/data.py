@@ -13,13 +13,13 @@ class DataConfig:
     kind: str = "arithmetic"  # arithmetic | jsonl | math | code
     path: str | None = None  # jsonl: the file of rows; arithmetic | math | code: unused
     prompt_field: str = "prompt"  # the column that holds the prompt (text, or a list of chat messages)
-    num_examples: int = 2000  # arithmetic: distinct problems to draw (capped by how many exist)
-    max_operand: int = 9  # arithmetic: operands are 0..max_operand
-    operations: list[str] = field(default_factory=lambda: ["+"])  # arithmetic: any of + - *
-    max_examples: int = 0  # 0: all
+    num_examples: int = 2000  # arithmetic: distinct problems to draw, >= 1 (capped by how many exist)
+    max_operand: int = 9  # arithmetic: operands are 0..max_operand, >= 0
+    operations: list[str] = field(default_factory=lambda: ["+"])  # arithmetic: one or more of + - *
+    max_examples: int = 0  # cap after loading, >= 0; 0: all
     eval_fraction: float = 0.1  # share held out for eval, in [0, 1)
     fraction: float = 1.0  # use the first share of the data, in (0, 1]: quick experiments
-    max_prompt_tokens: int = 64  # clamped at start-up to the model's context minus rollout.max_new_tokens
+    max_prompt_tokens: int = 64  # >= 1; clamped at start-up to the model's context minus rollout.max_new_tokens
     on_long_prompt: str = "truncate_left"  # truncate_left | skip | error: a prompt over max_prompt_tokens
     template: str | None = None  # a format string over each row's columns that becomes its prompt
     chat: bool = False  # send each text prompt as one user message, through the tokenizer's chat template

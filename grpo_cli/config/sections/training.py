@@ -42,7 +42,9 @@ class TrainLoopConfig:
     # true: resume even when the saved config differs in keys that change the maths (the trainer compares)
     resume_allow_changes: bool = False
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    threads: int = 0  # torch CPU threads, >= 0; 0: auto (1 for the tiny model on CPU, else torch's)
+    # torch CPU threads, >= 0; 0: auto (1 for the tiny model on CPU, else torch's). Above this process's cores
+    # is refused, not clamped: the count a config sets is the count that runs
+    threads: int = 0
     layout: str = "auto"  # training passes: packed (each prompt once, no padding) | padded | auto (cheaper one)
     # auto | system: on a CPU with glibc, freed memory stays in the process for the next step's tensors
     # (no mmap, no trim; given back past 1.25x the settled resident size) instead of being unmapped and

@@ -7,10 +7,11 @@
     sandbox.close()
 
 The parent decides. The child only ever receives inputs; whatever it returns is decoded here into
-exact builtin types, so an object whose `__eq__` always says yes cannot reach a comparison. Exit
-codes, stdout markers and anything the child claims about itself are ignored. Anything the
-candidate causes raises CandidateFailure (score 0); only a failing harness raises HarnessFault
-(score None), so crashing the sandbox never takes a completion out of the loss.
+exact builtin types (`session.py`: the parent's side of one session), so an object whose `__eq__`
+always says yes cannot reach a comparison. Exit codes, stdout markers and anything the child
+claims about itself are ignored. Anything the candidate causes raises CandidateFailure (score 0);
+only a failing harness raises HarnessFault (score None), so crashing the sandbox never takes a
+completion out of the loss.
 
 No fork and no preexec_fn here (the trainer may hold CUDA state and threads): `subprocess` execs the
 backend at once, and the runner sets its own rlimits and drops privileges inside. By default that
@@ -22,6 +23,7 @@ starts the whole backend per completion instead (one namespace per completion, 3
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import shutil
@@ -30,9 +32,9 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from grpo_cli.bounded_calls import RAISED, run_bounded
 from grpo_cli.config.schema import SandboxConfig
 from grpo_cli.rewards.code import backends
 from grpo_cli.rewards.code.child import Child, Deadline, Flood
@@ -85,7 +87,6 @@ class Sandbox:
         self._lock = threading.Lock()
         self._live: set[Child] = set()
         self.most_at_once = 0  # the most sessions alive at once so far: what `workers` bounds
-        self._pool: ThreadPoolExecutor | None = None
         self._servers: list[ServerPool] = []  # the pre-warmed runners, once the backend is known
         self.root = tempfile.mkdtemp(prefix="grpo-sandbox-")
         self.tag = os.path.basename(self.root)  # on every sandboxed command line: `ps aux | grep TAG`
@@ -261,23 +262,17 @@ class Sandbox:
     def run_many(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
         """`[fn(item) for item in items]` on up to `workers` threads, each free to open sessions.
         Exceptions from `fn` propagate: catch CandidateFailure inside `fn`."""
-        items = list(items)
-        if self.workers <= 1 or len(items) <= 1:
-            return [fn(item) for item in items]
-        with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="grpo-sandbox")
-            pool = self._pool
-        return list(pool.map(fn, items))
+        outcomes = run_bounded([functools.partial(fn, item) for item in items], self.workers, name="grpo-sandbox")
+        for outcome in outcomes:
+            if outcome.state == RAISED:
+                raise outcome.error  # type: ignore[misc]
+        return [outcome.value for outcome in outcomes]
 
     def close(self) -> None:
-        """Kill live sessions, stop the pool, remove the temp root."""
+        """Kill live sessions, remove the temp root."""
         with self._lock:
-            pool, self._pool = self._pool, None
             live = list(self._live)
             self._live.clear()
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
         for child in live:
             child.close(graceful=False)
         self._finalizer()  # removes the temp root

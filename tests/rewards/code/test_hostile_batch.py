@@ -13,6 +13,7 @@ from importlib.resources import files
 
 import pytest
 
+from grpo_cli.rewards.code import HarnessFault
 from grpo_cli.rewards.code.batch import run_batch, sandbox_for
 from grpo_cli.rewards.code.judge import describe_failure
 from grpo_cli.rewards.code.sandboxed_rewards import TASK_COLUMNS, code_efficiency, code_tests
@@ -61,7 +62,7 @@ def backend(request) -> str:
     """The backend, or a skip (bwrap under CI: a failure) where it does not work here."""
     try:
         sandbox_for(backend=request.param, **SETTINGS)
-    except Exception as err:  # HarnessFault: this machine cannot run it
+    except HarnessFault as err:  # this machine cannot run it
         message = f"the {request.param} sandbox does not work on this machine: {err}"
         if request.param in REQUIRED_BACKENDS:
             isolation_missing(message)
