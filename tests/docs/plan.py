@@ -3,13 +3,15 @@ site's reading order, in one directory, each after the earlier commands whose ou
 
 A command runs as shown where it is cheap (`--help`, `--cfg`, `--keys`, `plan=true`, `score`,
 `export`, `plot`), and shrunk where it is not: `grpo train` under `debug=smoke` (2 steps of the tiny
-model: the page's data, rewards and algorithm), `rollout` and `eval` on 8 prompts (a real model's
-on 2, 4 new tokens), a search of 20 trials in 2. A checkpoint a page names by its last step is the
-smoke run's last (`tests/docs/runner.py`). Files a page shows with their name on the first line are
-written before its commands; files the pages ask the reader to bring are `READER_FILES`.
+model: the page's data, rewards and algorithm), `rollout` and `eval` on 8 prompts or the page's own
+count up to 60 (a real model's on 2, with 4 new tokens), a search of 20 trials in 2, parallel jobs 2.
+A checkpoint a page names by its last step is the smoke run's last (`tests/docs/runner.py`). Files a
+page shows with their name on the first line are written before its commands; files the pages ask
+the reader to bring are `READER_FILES`.
 
 What cannot run here is listed with the reason, never dropped silently: a reader's own path
-(`RUN`, `/models/...`), a SLURM cluster, CUDA, a real model not installed.
+(`RUN`, `/models/...`), a SLURM cluster, CUDA, a real model not installed, and a multi-process run
+another test already runs (`RUN_ELSEWHERE`). A command the same as an earlier one runs once.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ WRITE_KEYS = ("hydra.run.dir=", "hydra.sweep.dir=", "output=")
 # a path that stands for the reader's own: nothing on the page writes it
 PLACEHOLDER = re.compile(r"^(RUN|BASE_EVAL_DIR|DIR)(/|$)|^/models/|^(outputs|multirun)/\d{4}-")
 SHRINK = {  # key -> the value a command's own is lowered to: the same command, seconds of work
-    "max_prompts": "8",
+    "max_prompts": "60",  # a page's own count, up to this (its 30 then 60 shows a resume extending a file)
     "hydra.sweeper.n_trials": "2",
     "hydra.launcher.n_jobs": "2",  # parallel jobs each import torch: two show it as well as four
 }
@@ -152,8 +154,13 @@ def as_run(command: DocCommand, index: int, model_cache: Path | None) -> Step:
     else:
         real = name in ("rollout", "eval") and is_real_model(argv)
     if name in ("rollout", "eval") and _value(argv, "input") is None:
-        for key, value in (REAL_SHRINK if real else {"max_prompts": SHRINK["max_prompts"]}).items():
-            argv = _set(argv, key, value)
+        if real:
+            for key, value in REAL_SHRINK.items():
+                argv = _set(argv, key, value)
+        elif _value(argv, "max_prompts") is None:
+            argv.append("max_prompts=8")  # what debug=smoke is to train: the command's shape, in seconds
+        else:
+            argv = _set(argv, "max_prompts", SHRINK["max_prompts"])
     for key in ("hydra.sweeper.n_trials", "hydra.launcher.n_jobs"):
         if _value(argv, key):
             argv = _set(argv, key, SHRINK[key])
