@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import TypeVar
 
 from omegaconf.errors import OmegaConfBaseException
-from rich.console import Console
 from rich.text import Text
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.monitor.terminal import stderr_console
 
 T = TypeVar("T")
 EXIT_USER_ERROR = 1
@@ -33,7 +33,7 @@ def report_user_errors(run: Callable[[], T]) -> T:
         # soft_wrap: a FILE:LINE in the message must stay one copyable token in CI logs.
         # The message is user text, printed as written: a Text is never read as markup (`[wandb]`
         # keeps its brackets) nor for emoji codes (a target `a:b:c` printed as `a🅱c`).
-        console = Console(stderr=True, soft_wrap=True, markup=False, emoji=False, highlight=False)
+        console = stderr_console(soft_wrap=True, markup=False, highlight=False)
         console.print(Text.assemble(("error:", "bold red"), " ", str(err)))
         sys.exit(err.exit_code if isinstance(err, GrpoError) else EXIT_USER_ERROR)
 

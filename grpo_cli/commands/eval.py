@@ -16,7 +16,6 @@ from typing import Any
 
 import torch
 import transformers
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -30,6 +29,7 @@ from grpo_cli.evaluation import ScoredSamples, SuccessRule, sample_metrics
 from grpo_cli.models import load_tokenizer, pick_device, set_cpu_threads
 from grpo_cli.monitor import write_summary
 from grpo_cli.monitor.progress import PromptProgress
+from grpo_cli.monitor.terminal import stderr_console
 from grpo_cli.rewards import RewardExecutor, RewardFusion, check_columns, resolve_reward_sources, reward_diagnostics
 from grpo_cli.rewards.batch import COMPLETION_LENGTHS
 from grpo_cli.scoring import scored_batches
@@ -68,7 +68,7 @@ def _generated(
         cfg.sandbox,
     )
     examples, encoder, generator, model_dir = loaded.examples, loaded.encoder, loaded.generator, loaded.model_dir
-    group_size, console = cfg.rollout.num_generations, Console(stderr=True)
+    group_size, console = cfg.rollout.num_generations, stderr_console()
     with PromptProgress("eval: sampled", len(examples), "auto", console) as progress:
         samples = generate_and_score(
             examples, encoder, generator, executor, fusion, group_size, cfg.batch_size, on_batch=progress.advance
@@ -199,7 +199,7 @@ def run_eval(cfg: EvalConfig, run_dir: Path) -> float:
     output = Path(cfg.output) if cfg.output else run_dir / "eval.json"
     output.parent.mkdir(parents=True, exist_ok=True)
     write_summary(output, report)
-    console = Console(stderr=True)
+    console = stderr_console()
     source = report.get("input") or f"split={cfg.split} of {report['model']}"
     console.print(eval_table(report, list(metrics)))
     console.print(f"evaluated {escape(source)}", highlight=False, soft_wrap=True)

@@ -26,7 +26,6 @@ import transformers
 import yaml
 from peft import PeftModel
 from peft.tuners.tuners_utils import BaseTunerLayer
-from rich.console import Console
 from rich.markup import escape
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
@@ -43,6 +42,7 @@ from grpo_cli.config.schema import EXPORT_DTYPES, ExportConfig
 from grpo_cli.errors import GrpoError
 from grpo_cli.model_source import is_gguf, load_gguf
 from grpo_cli.models import DTYPES, is_adapter_dir, load_weights
+from grpo_cli.monitor.terminal import stderr_console
 
 transformers.utils.logging.disable_progress_bar()
 # Short texts of the kinds the shipped tasks use; any text encodes with any tokenizer.
@@ -151,7 +151,7 @@ def checked_export(
         f"difference| from {export.against} over {len(VERIFY_PROMPTS)} prompts is {difference:.3g} "
         f"(tolerance {tolerance:.3g} for {dtype_name})."
     )
-    Console(stderr=True).print(verification.replace("`", ""), highlight=False, soft_wrap=True)
+    stderr_console().print(verification.replace("`", ""), highlight=False, soft_wrap=True)
     if not difference <= tolerance:  # NaN fails too
         raise GrpoError(
             f"export of {export.origin} failed verification: max |logit difference| {difference:.3g} > "
@@ -193,7 +193,7 @@ def export_errors(output: Path) -> Iterator[None]:
             f"output={output}: {where}: {err.strerror} ({errno.errorcode[err.errno]}); nothing was written"
         ) from err
     except KeyboardInterrupt:
-        Console(stderr=True).print(
+        stderr_console().print(
             f"[bold yellow]interrupted[/]: nothing was written to {escape(str(output))}",
             highlight=False,
             soft_wrap=True,
@@ -208,7 +208,7 @@ def put_in_place(tmp: Path, output: Path, card: str) -> None:
     if output.exists():
         output.rmdir()  # empty (checked before anything was written); a non-empty one was refused
     os.replace(tmp, output)
-    Console(stderr=True).print(f"wrote {output}", highlight=False, soft_wrap=True)
+    stderr_console().print(f"wrote {output}", highlight=False, soft_wrap=True)
 
 
 def describe(state: dict[str, Any], adapter: bool, merge: bool, untied: bool, base: Path | None) -> str:
@@ -256,7 +256,7 @@ def export_gguf(source: Path, output: Path, dtype_name: str) -> float:
         raise GrpoError(f"checkpoint={source}: no such file")
     dtype = torch.float32 if dtype_name == "auto" else DTYPES[dtype_name]
     dtype_name = next(name for name, d in DTYPES.items() if d == dtype)
-    console = Console(stderr=True)
+    console = stderr_console()
     console.print(f"exporting {source} (GGUF, dequantised by transformers)", soft_wrap=True)
     model, tokenizer = load_gguf(source)
     source_logits = prompt_logits(model, tokenizer)
@@ -305,7 +305,7 @@ def export_checkpoint(checkpoint: Path, output: Path, cfg: ExportConfig) -> floa
     else:
         dtype = DTYPES[cfg.dtype]
     dtype_name = next(name for name, d in DTYPES.items() if d == dtype)
-    console = Console(stderr=True)
+    console = stderr_console()
     console.print(f"exporting {checkpoint} ({'LoRA adapter' if adapter else 'full weights'})", soft_wrap=True)
 
     # The checkpoint's model in float32 (a lossless upcast) is the truth the export is checked against.

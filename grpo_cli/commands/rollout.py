@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import transformers
-from rich.console import Console
 from rich.markup import escape
 
 from grpo_cli import __version__
@@ -27,6 +26,7 @@ from grpo_cli.errors import GrpoError
 from grpo_cli.model_source import hub_id
 from grpo_cli.models import pick_device, set_cpu_threads
 from grpo_cli.monitor.progress import PromptProgress
+from grpo_cli.monitor.terminal import stderr_console
 from grpo_cli.rollout import Rollout
 from grpo_cli.rollout.stream import RolloutsFile, indexed_examples, meta_path, stream_rollouts, write_meta
 from grpo_cli.training.pipeline import generate_groups, load_sampling_model, select_split
@@ -112,7 +112,7 @@ def run_rollout(cfg: RolloutRunConfig, run_dir: Path) -> float:
     start = time.perf_counter()
     examples = select_examples(cfg)
     settings = rollout_settings(cfg, dtype, examples)
-    console = Console(stderr=True)
+    console = stderr_console()
     try:  # as score and eval do: output= may name a directory still to make
         output.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:

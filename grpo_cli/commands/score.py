@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from grpo_cli.config.schema import ScoreConfig
 from grpo_cli.errors import GrpoError
+from grpo_cli.monitor.terminal import stderr_console
 from grpo_cli.rewards import RewardExecutor, RewardFusion, resolve_reward_sources, reward_diagnostics
 from grpo_cli.scoring import score_rollouts_file
 
@@ -82,7 +82,7 @@ def run_score(cfg: ScoreConfig, run_dir: Path | None = None) -> float:
         )
     summary.update(diagnostics)
     summary_file.write_text(json.dumps(summary, indent=2) + "\n")
-    console = Console(stderr=True)
+    console = stderr_console()
     for alert in summary["alerts"]:
         console.print(f"[bold yellow]alert:[/] {escape(alert)}", highlight=False)
     console.print(summary_table(summary))

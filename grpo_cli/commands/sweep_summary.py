@@ -13,6 +13,8 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 
+from grpo_cli.monitor.terminal import stderr_console
+
 FIGURES = ("steps", "wall_s", "reward_first10", "reward_last10")
 DEFAULT_OBJECTIVE = "reward_last10"  # TrainConfig.sweep.objective's default
 MEASURE_WIDTH = 100_000  # room to measure the table's natural width in
@@ -70,8 +72,8 @@ class SweepSummary(Callback):
         for row in rows:
             values = (row.get(column) for column in columns)
             table.add_row(*(f"{v:.4g}" if isinstance(v, float) else ("-" if v is None else str(v)) for v in values))
-        console = Console(stderr=True)
+        console = stderr_console()
         if not console.is_terminal:  # a file or a pipe has no width to fit: the table's own, nothing cut or wrapped
             width = max(Console(width=MEASURE_WIDTH).measure(table).maximum, len(str(table.title)))
-            console = Console(stderr=True, width=width)
+            console = stderr_console(width=width)
         console.print(table)

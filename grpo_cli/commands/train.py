@@ -38,6 +38,7 @@ from grpo_cli.monitor import (
 )
 from grpo_cli.monitor.console import to_log_files
 from grpo_cli.monitor.plots import draw_run_plots
+from grpo_cli.monitor.terminal import stderr_console
 from grpo_cli.monitor.trackers import TrackerObserver, open_trackers, require_trackers
 from grpo_cli.stats import column_mean
 from grpo_cli.training import GRPOTrainer
@@ -101,7 +102,7 @@ def run_train(cfg: TrainConfig, run_dir: Path) -> float:
         apply_smoke(cfg)
     require_trackers(cfg.monitor.trackers)
     if cfg.plan:  # the memory plan alone (per process): no weights load, no worker starts, nothing is written
-        show_memory_plan(cfg, Console(stderr=True))
+        show_memory_plan(cfg, stderr_console())
         return math.nan
     if cfg.distributed.num_processes > 1 and launched_processes() == 1:
         return _launch(cfg, run_dir)
@@ -117,7 +118,7 @@ def _launch(cfg: TrainConfig, run_dir: Path) -> float:
     try:
         return launch_workers(cfg, run_dir)
     except KeyboardInterrupt as interrupt:  # the workers saved the step they finished and stopped
-        report_interrupt(Console(stderr=True), run_dir, interrupt, f"with {cfg.distributed.num_processes} processes")
+        report_interrupt(stderr_console(), run_dir, interrupt, f"with {cfg.distributed.num_processes} processes")
         sys.exit(exit_code(interrupt))
 
 
@@ -145,7 +146,7 @@ class MainRun:
 
     def __init__(self, cfg: TrainConfig, run_dir: Path, world: World) -> None:
         self.cfg, self.run_dir, self.world = cfg, run_dir, world
-        self.console = Console(stderr=True)
+        self.console = stderr_console()
         monitor = cfg.monitor
         self.progress = TrainingConsole(
             cfg.train.steps,
