@@ -24,6 +24,7 @@ from rich.text import Text
 from grpo_cli.monitor.heartbeat import Heartbeat
 from grpo_cli.monitor.observer import StepResult, completions_due, reward_function_names
 from grpo_cli.monitor.repeats import AlertRepeats
+from grpo_cli.monitor.terminal import stderr_console
 from grpo_cli.stats import column_mean
 
 ALERTS_SHOWN = 5  # the live panel keeps the latest alerts in view; all are also printed above it
@@ -113,7 +114,7 @@ class TrainingConsole:
         completions_every: int = 0,
         completions_to_print: int = 0,
     ) -> None:
-        self.console = console or Console(stderr=True)
+        self.console = console or stderr_console()
         self.mode = console_mode(mode, self.console)
         self.total_steps = total_steps
         self.print_every = print_every

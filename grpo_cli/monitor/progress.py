@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from grpo_cli.monitor.console import console_mode
 from grpo_cli.monitor.heartbeat import Heartbeat
+from grpo_cli.monitor.terminal import stderr_console
 
 PLAIN_LINES = 10  # a plain log gets about this many progress lines, whatever the total
 
@@ -23,7 +24,7 @@ class PromptProgress:
     count towards the bar but not towards tokens/s."""
 
     def __init__(self, label: str, total: int, mode: str, console: Console | None = None, done: int = 0) -> None:
-        self.console = console or Console(stderr=True)
+        self.console = console or stderr_console()
         self.mode = console_mode(mode, self.console)
         self.label = label
         self.total = total

@@ -57,20 +57,7 @@ def pages_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Step], dic
     return steps, run_steps(steps, tmp_path_factory.mktemp("reader"))
 
 
-# Pages whose commands fail for a defect another change owns: xfail (not strict) names it, and the
-# page's test passes again by itself once it is fixed.
-KNOWN_BROKEN = {
-    "environments.md": "my_env.CounterEnv, my_env.MyEnv and my_tools.search are not shown on the page under their "
-    "file's name (a first line `# my_env.py`), so no reader can run those lines as written (issue 52, item 18)",
-}
-
-
-def _page_param(page: Path) -> object:
-    why = KNOWN_BROKEN.get(page.name)
-    return pytest.param(page, marks=pytest.mark.xfail(reason=why, strict=False)) if why else page
-
-
-@pytest.mark.parametrize("page", [_page_param(page) for page in PAGES], ids=lambda page: page.name)
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
 def test_every_command_on_the_page_runs(page: Path, pages_run: tuple[list[Step], dict[str, dict]]) -> None:
     steps, results = pages_run
     failed = [
