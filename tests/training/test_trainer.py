@@ -226,12 +226,11 @@ def test_prompts_longer_than_the_model_context(tmp_path: Path, policy: str) -> N
             r"^train.prompts_per_step=6 is more than the 5 training example\(s\) \(10 in the data, 5 held "
             r"out by data.eval_fraction\)",
         ),
-        (
+        (  # the data's own key, not the step's (issue 52, item 17)
             0,
             0.1,
             4,
-            r"^train.prompts_per_step=4: the data selects no training examples \(0 held out by "
-            r"data.eval_fraction\): nothing to train on$",
+            r"^invalid value data.num_examples=0: must be at least 1$",
         ),
     ],
 )
