@@ -4,8 +4,11 @@ both run through `run_bounded`, under the same rules:
 
 - at most `workers` calls run at once (None: every call at once); the next starts when one ends;
 - each call has `timeout_s` from its own start (queueing never eats into it); past it the call is
-  given up (TIMED_OUT) and its worker goes to the next call. Python cannot stop a thread, so a call
-  given up keeps running on a daemon thread of its own until it returns;
+  given up (TIMED_OUT). Python cannot stop a thread, so a call given up keeps running on its daemon
+  thread until it returns, and it keeps its worker until then: the bound counts what really runs (a
+  sandboxed session past env.timeout_s is still a session). When calls given up hold every worker
+  for another `timeout_s`, the calls still waiting are NOT_STARTED: a hang costs its batch a bounded
+  wait, never the run;
 - the batch may have a wall clock, `deadline_s`: then every call still running is given up and
   every call not started is NOT_STARTED;
 - a call that raises is that call's outcome (RAISED), never the batch's.
@@ -54,25 +57,31 @@ def run_bounded(
     outcomes: list[Outcome] = [Outcome(NOT_STARTED)] * len(calls)
     finished: queue.SimpleQueue[tuple[int, Outcome]] = queue.SimpleQueue()
     waiting, running = deque(range(len(calls))), {}  # running: index -> when it started
+    given_up: set[int] = set()  # TIMED_OUT, still running on their threads: they hold their workers
     end = math.inf if deadline_s is None else time.monotonic() + deadline_s
     per_call = math.inf if timeout_s is None else timeout_s
+    stalled_since = math.inf  # since when calls given up have held every worker, calls waiting
     while waiting or running:
-        while waiting and len(running) < bound:
+        while waiting and len(running) + len(given_up) < bound:
             i = waiting.popleft()
             running[i] = time.monotonic()
             threading.Thread(target=_run, args=(i, calls[i], finished), daemon=True, name=name).start()
-        wake = min([end, *(started + per_call for started in running.values())])
+        stalled = bool(waiting) and not running
+        stalled_since = min(stalled_since, time.monotonic()) if stalled else math.inf
+        wake = min([end, stalled_since + per_call, *(started + per_call for started in running.values())])
         try:
             i, outcome = finished.get(timeout=max(0.0, wake - time.monotonic()) if wake < math.inf else None)
             if running.pop(i, None) is not None:  # a call given up already has its outcome
                 outcomes[i] = outcome
+            given_up.discard(i)  # its worker is free
         except queue.Empty:
             pass
         now = time.monotonic()
         for i in [i for i, started in running.items() if now >= min(started + per_call, end)]:
             outcomes[i] = Outcome(TIMED_OUT)
-            del running[i]  # its thread runs on, daemon, until the call returns
-        if now >= end:
+            del running[i]
+            given_up.add(i)
+        if now >= end or now >= stalled_since + per_call:
             break  # the calls still waiting stay NOT_STARTED
     return outcomes
 

@@ -66,7 +66,10 @@ def write_errors_as_os_errors(target: Path) -> Iterator[None]:
     try:
         yield
     except Exception as err:
-        cause = err if isinstance(err, OSError) else err.__context__
+        # only torch's writer wraps the OSError: any other error raised while one was being handled
+        # is a bug of its own, never passed off as a disk's
+        wrapped = isinstance(err, RuntimeError) and "inline_container" in str(err)
+        cause = err if isinstance(err, OSError) else err.__context__ if wrapped else None
         if isinstance(cause, OSError) and cause.errno:  # the temporary directory's file is gone: name the target
             raise OSError(cause.errno, cause.strerror, str(target)) from err
         code = re.search(r"\(os error (\d+)\)", str(err))
@@ -136,7 +139,8 @@ def resume_point(setting: str, run_dir: Path) -> tuple[Path | None, list[str]]:
     return path, []
 
 
-EARLIER_RUN = ("checkpoints", "metrics.jsonl", "completions")  # what a fresh start must not mix with
+# what a fresh start must not mix with: its checkpoints, metric lines, completions, TensorBoard events
+EARLIER_RUN = ("checkpoints", "metrics.jsonl", "completions", "tb")
 
 
 def set_aside_earlier_run(run_dir: Path) -> Path:
@@ -144,7 +148,7 @@ def set_aside_earlier_run(run_dir: Path) -> Path:
     start in its directory then has nothing of it to resume from or append to, and nothing is
     deleted (renames on one filesystem: no copy)."""
     number = 1
-    while (Path(run_dir) / f"replaced_{number}").exists():
+    while os.path.lexists(Path(run_dir) / f"replaced_{number}"):  # a dangling link is taken too
         number += 1
     aside = Path(run_dir) / f"replaced_{number}"
     aside.mkdir()

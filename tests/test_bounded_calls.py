@@ -35,9 +35,23 @@ def test_the_timeout_counts_from_each_calls_own_start_not_from_the_queue() -> No
     assert [o.state for o in outcomes] == [DONE] * 4
 
 
-def test_a_hanging_call_is_given_up_and_its_worker_goes_to_the_next() -> None:
+def test_a_call_given_up_keeps_its_worker_until_it_returns() -> None:
+    """The bound counts what runs: a sandboxed session past its timeout still runs (issue 52, item 4)."""
+    slow_done = threading.Event()
+
+    def slow() -> None:
+        time.sleep(1.5)  # given up at 1 s; back at 1.5 s, within the waiting call's 1 s more
+        slow_done.set()
+
+    outcomes = run_bounded([slow, slow_done.is_set], workers=1, timeout_s=1.0)
+    assert [(o.state, o.value) for o in outcomes] == [(TIMED_OUT, None), (DONE, True)]
+
+
+def test_calls_waiting_on_workers_a_hang_holds_are_not_started_after_a_timeout_more() -> None:
+    started = time.monotonic()
     outcomes = run_bounded([HANG.wait, lambda: 7], workers=1, timeout_s=0.3)
-    assert [(o.state, o.value) for o in outcomes] == [(TIMED_OUT, None), (DONE, 7)]
+    assert [(o.state, o.value) for o in outcomes] == [(TIMED_OUT, None), (NOT_STARTED, None)]
+    assert time.monotonic() - started >= 0.6  # the hang's own 0.3 s, then 0.3 s waiting for its worker
 
 
 def test_the_batch_deadline_gives_up_running_calls_and_starts_no_more() -> None:

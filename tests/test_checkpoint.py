@@ -14,7 +14,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from grpo_cli.checkpoint import latest_checkpoint, save_checkpoint
+from grpo_cli.checkpoint import latest_checkpoint, save_checkpoint, write_errors_as_os_errors
 from grpo_cli.config.schema import TinyModelConfig
 from grpo_cli.models import build_tiny_model, load_tokenizer
 
@@ -62,3 +62,14 @@ def test_the_training_state_running_out_of_room_is_an_os_error_naming_the_checkp
         save_checkpoint(target, model, tokenizer, {"step": 1}, state)
     assert failed.value.errno == errno.EFBIG and failed.value.filename == str(target)
     assert latest_checkpoint(tmp_path) is None and list((tmp_path / "checkpoints").iterdir()) == []
+
+
+def test_a_bug_raised_while_an_os_error_was_handled_is_not_passed_off_as_the_disks(tmp_path: Path) -> None:
+    """Only torch's writer wraps the OSError it met: any other error stays what it is, so a library's
+    bug never reads as a full disk."""
+    target = tmp_path / "checkpoints" / "step_000001"
+    with pytest.raises(KeyError), write_errors_as_os_errors(target):
+        try:
+            raise FileNotFoundError(errno.ENOENT, "No such file", "cache.json")
+        except FileNotFoundError:
+            raise KeyError("tokenizer_class") from None

@@ -12,7 +12,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?%?", re.IGNORECASE)
+# a number standing alone: not the digits of a name ('format_v1', 'step_000020', 'gpt2'), which tell
+# two alerts apart
+NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?%?(?!\w|\.\d)", re.IGNORECASE)
 SAY_AGAIN_EVERY = 10  # a repeat is printed at the 10th, 100th, 1000th... occurrence: a few lines per run
 
 
@@ -21,6 +23,8 @@ def alert_kind(alert: str) -> str:
 
     >>> alert_kind("dynamic sampling: 5 group(s) after 4 draw(s), 0.25 of them")
     'dynamic sampling: # group(s) after # draw(s), # of them'
+    >>> alert_kind("reward 'format_v1' masked after 3 failed batches: -1.5e-3, 40%, last 0.5.")
+    "reward 'format_v1' masked after # failed batches: #, #, last #."
     """
     return NUMBER.sub("#", alert)
 

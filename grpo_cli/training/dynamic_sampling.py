@@ -111,10 +111,14 @@ def fit_mini_batches(algo: AlgoConfig, groups: int) -> AlgoConfig:
 
 
 def select_scores(scores: dict[str, BatchScores], rows: list[int]) -> dict[str, BatchScores]:
-    """These rows of a batch's raw scores, renumbered; a function's batch error stays with them.
+    """These rows of a batch's raw scores, renumbered, every field carried (a field left behind is
+    a failure forgotten: without env_failed, an environment outage under dynamic sampling was blamed
+    on the reward functions); a function's batch error stays with them.
 
-    >>> select_scores({"f": BatchScores([1.0, 2.0, 3.0], row_errors={2: "boom"})}, [2, 0])["f"].row_errors
-    {0: 'boom'}
+    >>> scores = {"f": BatchScores([1.0, 2.0, 3.0], row_errors={2: "boom"}, env_failed={0: "down"})}
+    >>> kept = select_scores(scores, [2, 0])
+    >>> kept["f"].row_errors, kept["f"].env_failed
+    ({0: 'boom'}, {1: 'down'})
     """
     where = {row: i for i, row in enumerate(rows)}
     return {
@@ -127,6 +131,7 @@ def select_scores(scores: dict[str, BatchScores], rows: list[int]) -> dict[str, 
             s.non_numeric,
             s.logged,
             {column: [values[row] for row in rows] for column, values in s.extra.items()},
+            {where[row]: why for row, why in s.env_failed.items() if row in where},
         )
         for name, s in scores.items()
     }

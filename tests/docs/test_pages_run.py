@@ -75,4 +75,5 @@ def test_what_cannot_run_here_is_few_and_says_why(pages_run: tuple[list[Step], d
     ran = [s for s in steps if s.why_not is None]
     # 145 commands: 99 run, 18 repeats; the rest a reader's own path, SLURM, CUDA, run by another test
     assert len(ran) >= 90 and len(skipped) <= 30, "\n".join(f"{s.id}: {s.why_not}" for s in skipped)
-    assert all(results[s.id]["seconds"] < 60 for s in ran), "a command ran as a long job: shrink it in plan.py"
+    # every training command runs shrunk (tests/docs/plan.py): a page's full run would cost minutes here
+    assert all("debug=smoke" in s.argv or "plan=true" in s.argv for s in ran if s.argv[0] == "train")

@@ -27,11 +27,17 @@ def env_config(name: str, target: str, steps: int = 3) -> TrainConfig:
     return cfg
 
 
-@pytest.mark.parametrize(("target", "call"), [("ResetFails", "reset"), ("RewardFails", "reward")])
+@pytest.mark.parametrize(
+    ("target", "call", "dynamic"),
+    [("ResetFails", "reset", False), ("RewardFails", "reward", False), ("ResetFails", "reset", True)],
+    ids=["reset", "reward", "reset-dynamic-sampling"],  # dynamic sampling rebuilds the step's scores
+)
 def test_an_environment_failing_every_row_stops_the_run_naming_it_not_the_reward_functions(
-    tmp_path: Path, target: str, call: str
+    tmp_path: Path, target: str, call: str, dynamic: bool
 ) -> None:
-    trainer = GRPOTrainer(env_config("trl", target, steps=4), tmp_path)
+    cfg = env_config("trl", target, steps=4)
+    cfg.algo.dynamic_sampling.enabled, cfg.algo.dynamic_sampling.max_draws = dynamic, 1
+    trainer = GRPOTrainer(cfg, tmp_path)
     trainer.setup()
     alerts: list[str] = []
     trainer.observers.append(type("Alerts", (), {"on_step": lambda self, r: alerts.extend(r.alerts)})())

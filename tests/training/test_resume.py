@@ -3,6 +3,7 @@ step / train.steps (a non-constant lr schedule or curriculum), allowed where non
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -91,13 +92,21 @@ def test_a_fresh_start_in_a_used_directory_leaves_nothing_of_the_old_run_to_resu
     old_lines = (tmp_path / "metrics.jsonl").read_text()
     fresh = config(1)
     fresh.train.seed, fresh.train.resume = 1, "never"
-    train(fresh, tmp_path)
+    (tmp_path / "tb").mkdir()  # a tracker's events of the old run
+    new = MetricsFile(tmp_path / "metrics.jsonl")
+    trainer = GRPOTrainer(fresh, tmp_path, [new])
+    trainer.setup()
+    trainer.train()
+    new.close()
+    trainer.cleanup()
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_000001"]
     assert latest_checkpoint(tmp_path) == tmp_path / "checkpoints" / "step_000001"
-    assert not (tmp_path / "metrics.jsonl").exists()  # the old run's lines went with it
+    fresh_lines = (tmp_path / "metrics.jsonl").read_text().splitlines()  # the fresh run's only
+    assert [json.loads(line)["step"] for line in fresh_lines] == [1] and fresh_lines[0] not in old_lines
+    assert not (tmp_path / "tb").exists()
     aside = tmp_path / "replaced_1"
     assert sorted(p.name for p in (aside / "checkpoints").iterdir()) == ["step_000001", "step_000002"]
-    assert (aside / "metrics.jsonl").read_text() == old_lines
+    assert (aside / "metrics.jsonl").read_text() == old_lines and (aside / "tb").is_dir()
     go_on = config(2)
     go_on.train.seed = 1
     assert train(go_on, tmp_path).resumed_from == tmp_path / "checkpoints" / "step_000001"
