@@ -107,6 +107,21 @@ def unreadable(directory: Path) -> str | None:
             pass
     except (OSError, zipfile.BadZipFile) as err:
         return f"{state} cannot be read ({err}: cut short?)"
+    return next(filter(None, (safetensors_cut_short(f) for f in sorted(Path(directory).glob("*.safetensors")))), None)
+
+
+def safetensors_cut_short(path: Path) -> str | None:
+    """Why a .safetensors file is not whole, or None: its header (8 bytes of length, then JSON) gives
+    where its last tensor ends, which must be the file's size. Reads the header only."""
+    try:
+        with open(path, "rb") as file:
+            size = int.from_bytes(file.read(8), "little")
+            header = json.loads(file.read(size))
+        end = max((entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"), default=0)
+        if path.stat().st_size != 8 + size + end:
+            return f"{path} cannot be read ({path.stat().st_size} bytes, its header says {8 + size + end}: cut short?)"
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as err:
+        return f"{path} cannot be read ({type(err).__name__}: {err})"
     return None
 
 

@@ -129,7 +129,12 @@ def garble_trainer_state(checkpoint: Path) -> None:
     (checkpoint / "trainer_state.json").write_text('{"step": 2, "conf')
 
 
-@pytest.mark.parametrize("corrupt", [truncate_training_state, garble_trainer_state])
+def truncate_weights(checkpoint: Path) -> None:
+    path = checkpoint / "model.safetensors"
+    path.write_bytes(path.read_bytes()[: path.stat().st_size - 100])
+
+
+@pytest.mark.parametrize("corrupt", [truncate_training_state, garble_trainer_state, truncate_weights])
 def test_a_corrupt_newest_checkpoint_falls_back_to_the_one_before_saying_so(
     tmp_path: Path, corrupt, caplog: pytest.LogCaptureFixture
 ) -> None:
