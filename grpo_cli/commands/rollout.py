@@ -22,6 +22,7 @@ from grpo_cli.commands.errors import EXIT_INTERRUPTED
 from grpo_cli.config.rollout_checks import validate_rollout
 from grpo_cli.config.schema import PrecisionConfig, RolloutRunConfig
 from grpo_cli.data import load_examples
+from grpo_cli.environments import environment_columns
 from grpo_cli.errors import GrpoError
 from grpo_cli.model_source import hub_id
 from grpo_cli.models import pick_device, set_cpu_threads
@@ -111,6 +112,7 @@ def run_rollout(cfg: RolloutRunConfig, run_dir: Path) -> float:
     dtype = PrecisionConfig().dtype if cfg.model.dtype == "auto" else cfg.model.dtype  # no precision section here
     start = time.perf_counter()
     examples = select_examples(cfg)
+    environment_columns(cfg.env, cfg.sandbox, examples)  # data the environment cannot use: refused before the model
     settings = rollout_settings(cfg, dtype, examples)
     console = stderr_console()
     try:  # as score and eval do: output= may name a directory still to make

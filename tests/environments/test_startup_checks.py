@@ -11,7 +11,8 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from grpo_cli.commands.entry import register_schemas
-from grpo_cli.config.schema import EnvConfig, SandboxConfig, TrainConfig
+from grpo_cli.commands.rollout import run_rollout
+from grpo_cli.config.schema import EnvConfig, RolloutRunConfig, SandboxConfig, TrainConfig
 from grpo_cli.config.train_checks import validate
 from grpo_cli.environments import load_environment
 from grpo_cli.errors import GrpoError
@@ -141,3 +142,11 @@ def test_a_run_whose_turns_are_all_cut_says_no_trajectory_reached_a_second_turn(
     said = [line for line in result.alerts if "no trajectory reached a second turn" in line]
     assert len(said) == (max_turns > 1)
     assert all("cut at rollout.max_new_tokens before an EOS" in line for line in said)
+
+
+def test_grpo_rollout_refuses_an_environment_its_data_cannot_feed_before_any_model(tmp_path: Path) -> None:
+    cfg = RolloutRunConfig()
+    cfg.env.name, cfg.max_prompts = "code_feedback", 2
+    with pytest.raises(GrpoError, match="env=code_feedback runs each row's tests, and no row of the data has"):
+        run_rollout(cfg, tmp_path)
+    assert not any(tmp_path.iterdir())  # nothing written, no model built
