@@ -27,6 +27,7 @@ from grpo_cli.config.trl.convert import convert
 from grpo_cli.config.trl.mapping import FIELDS
 from grpo_cli.errors import GrpoError
 from tests.conftest import REPO, run_grpo
+from tests.docs.test_coming_from_trl import SMOLLM2_ARGS, SMOLLM2_EXAMPLE
 
 
 @cache
@@ -300,15 +301,8 @@ def test_the_real_model_example_converts_as_its_page_shows(monkeypatch: pytest.M
     command line and refusals the page quotes are what the conversion prints today, and the line
     composes into the run the page describes."""
     monkeypatch.chdir(REPO)  # the page's command runs from the repository's root
-    argv = [
-        "model=smollm2_135m",
-        "data=arithmetic",
-        "reward=last_number",
-        "train.steps=2",
-        "rollout.max_new_tokens=32",
-        "rollout.backend=hf",
-    ]
-    overrides, printed = _expand(Path("examples/trl_smollm2_config.yaml"), *argv)
+    argv = SMOLLM2_ARGS  # the options the page shows after the file's name, defined once
+    overrides, printed = _expand(Path(SMOLLM2_EXAMPLE), *argv)
     page = (REPO / "docs" / "coming-from-trl.md").read_text()
     for line in printed.splitlines():
         assert line in page, f"docs/coming-from-trl.md quotes another conversion; now it prints:\n{line}"
