@@ -43,7 +43,16 @@ class Family:
 
 MOE = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
 LOCAL_MOE = {"num_local_experts": 4, "num_experts_per_tok": 2}
-MLA = {"q_lora_rank": 32, "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16, "head_dim": 8, "num_key_value_heads": 4}
+# latent attention: one key/value head per query head, as every real MLA config has (fewer crash transformers' MLA)
+MLA = {
+    "q_lora_rank": 32,
+    "kv_lora_rank": 16,
+    "qk_rope_head_dim": 8,
+    "qk_nope_head_dim": 8,
+    "v_head_dim": 16,
+    "head_dim": 8,
+    "num_key_value_heads": 4,
+}
 MAMBA2 = {"mamba_n_heads": 4, "mamba_d_head": 16, "mamba_d_state": 8, "mamba_n_groups": 1, "mamba_chunk_size": 8}
 LINEAR_ATTENTION = {
     "linear_num_key_heads": 2,
