@@ -219,6 +219,12 @@ def _check_variants(algo: AlgoConfig) -> None:
             "must be >= 0, in nats per token (DeepSeek-V3.2's delta; TRL suggests 0.5), or null (off): below 0 "
             "it drops negative-advantage sequences that have not drifted at all",
         )
+    if algo.router_aux_loss_coef is not None and algo.router_aux_loss_coef < 0:
+        fail(
+            "algo.router_aux_loss_coef",
+            algo.router_aux_loss_coef,
+            "must be >= 0 (0: off), or null (the model config's coefficient)",
+        )
     _check_vespo(algo)
     _check_adaptive_entropy(algo)
 

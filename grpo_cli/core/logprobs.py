@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
-from grpo_cli.core.packing import choose_layout, pack, prompt_groups
+from grpo_cli.core.packing import attention_pattern, choose_layout, pack, packing_unsupported, prompt_groups
 from grpo_cli.core.parallel import unwrap
-
-PACKABLE_ATTENTION = ("eager", "sdpa")  # attention implementations that use a 4-D mask as given: auto may pack
 
 # Logit elements upcast to float32 at once (2**21: 8 MiB; 42 rows of a 49k vocabulary, 13 of 150k).
 # A full-vocabulary fp32 copy of every row would be [B, C, V] * 4 bytes, gigabytes for a real model;
@@ -122,6 +120,14 @@ def token_logprobs_and_entropy(
     return flat.view(ids.shape), entropy.view(ids.shape) if with_entropy else entropy
 
 
+class RowsPass(NamedTuple):
+    """One forward pass's per-token results for a batch of rows."""
+
+    logps: torch.Tensor  # [B, C] float32
+    entropies: torch.Tensor  # [B, C], or empty without with_entropy
+    aux_loss: torch.Tensor | None  # the router's load-balancing loss (a mixture-of-experts model, router_aux)
+
+
 def completion_logprobs_and_entropy(
     model: PreTrainedModel,
     prompt_ids: torch.Tensor,
@@ -137,6 +143,24 @@ def completion_logprobs_and_entropy(
     tokens were actually drawn from (as TRL does). Position ids follow the attention mask so
     left padding does not shift positions.
     """
+    args = (prompt_ids, prompt_mask, completion_ids, completion_mask)
+    logps, entropy, _ = padded_pass(model, *args, temperature, with_entropy)
+    return logps, entropy
+
+
+def padded_pass(
+    model: PreTrainedModel,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    temperature: float = 1.0,
+    with_entropy: bool = True,
+    router_aux: bool = False,
+) -> RowsPass:
+    """`completion_logprobs_and_entropy`, and with `router_aux` the load-balancing loss a
+    mixture-of-experts model computes from its router logits over the rows' real tokens (the 2-D
+    attention mask excludes the padding), as TRL's forward asks for it."""
     input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
     attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
@@ -145,18 +169,20 @@ def completion_logprobs_and_entropy(
     # index, not `logits_to_keep=c + 1`: a slice is not contiguous, and a frozen model's matmul (the
     # reference's) then multiplies it by B copies of the output layer (fast.FastGenerator._prefill)
     keep = torch.arange(length - c - 1, length, device=input_ids.device)
-    logits = model(
+    output = model(
         input_ids=input_ids,
         attention_mask=attention_mask,
         position_ids=position_ids,
         logits_to_keep=keep,
         use_cache=False,
-    ).logits
+        **({"output_router_logits": True} if router_aux else {}),
+    )
     # Score a dummy token at the last position and drop it, rather than slicing the logits to
     # [:, :-1], which would make them non-contiguous and cost a [B, C, V] copy to flatten.
     ids = F.pad(completion_ids, (0, 1))
-    logps, entropy = token_logprobs_and_entropy(logits, ids, temperature, with_entropy=with_entropy)
-    return logps[:, :-1], entropy[:, :-1] if with_entropy else entropy
+    logps, entropy = token_logprobs_and_entropy(output.logits, ids, temperature, with_entropy=with_entropy)
+    aux_loss = output.aux_loss if router_aux else None
+    return RowsPass(logps[:, :-1], entropy[:, :-1] if with_entropy else entropy, aux_loss)
 
 
 def packed_completion_logprobs_and_entropy(
@@ -172,7 +198,8 @@ def packed_completion_logprobs_and_entropy(
     """`completion_logprobs_and_entropy` computed in the packed layout (`core.packing`): each
     group's prompt once, real tokens only; the same [B, C] results (equal to float rounding)."""
     dtype = next(model.parameters()).dtype
-    batch = pack(prompt_ids, prompt_mask, completion_ids, completion_mask, groups, dtype)
+    pattern = attention_pattern(unwrap(model).config)
+    batch = pack(prompt_ids, prompt_mask, completion_ids, completion_mask, groups, dtype, pattern)
     logits = model(
         input_ids=batch.input_ids,
         attention_mask=batch.attention_mask,
@@ -205,16 +232,81 @@ def rows_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs (and entropies) [len(rows), C] of these rollout rows, in the layout `layout`
     picks for them (`core.packing.choose_layout`): the one forward pass every update pass makes."""
+    logps, entropies, _ = rows_pass(model, rollout, rows, temperature, layout, with_entropy)
+    return logps, entropies
+
+
+def rows_pass(
+    model: torch.nn.Module,
+    rollout: RolloutRows,
+    rows: torch.Tensor,
+    temperature: float,
+    layout: str,
+    with_entropy: bool,
+    router_aux: bool = False,
+) -> RowsPass:
+    """`rows_logprobs`, and with `router_aux` the router's load-balancing loss of the pass, which
+    only the padded layout computes (the trainer keeps padded for it: training.layout)."""
     prompt_ids, prompt_mask = rollout.prompt_ids[rows], rollout.prompt_mask[rows]
     completion_ids, completion_mask = rollout.completion_ids[rows], rollout.completion_mask[rows]
     groups = prompt_groups(prompt_ids, prompt_mask)  # not rows // G: an environment's reset may differ per row
     config = unwrap(model).config
-    if layout == "auto" and getattr(config, "_attn_implementation", None) not in PACKABLE_ATTENTION:
-        layout = "padded"  # e.g. flash attention takes no 4-D mask
-    if choose_layout(layout, prompt_mask, completion_mask, groups, config.hidden_size) == "packed":
-        return packed_completion_logprobs_and_entropy(
-            model, prompt_ids, prompt_mask, completion_ids, completion_mask, groups, temperature, with_entropy
+    if layout != "padded" and (reason := packing_unsupported(config)) is not None:
+        if layout == "packed":  # the trainer refuses it at start-up (training.layout), naming the reason
+            raise ValueError(f"the packed layout cannot train this model: {reason}")
+        layout = "padded"  # e.g. flash attention takes no 4-D mask, a hybrid's recurrent layers
+    args = (prompt_ids, prompt_mask, completion_ids, completion_mask)
+    packed = choose_layout(layout, prompt_mask, completion_mask, groups, config.hidden_size) == "packed"
+    if packed and not router_aux:
+        logps, entropies = packed_completion_logprobs_and_entropy(model, *args, groups, temperature, with_entropy)
+        return RowsPass(logps, entropies, None)
+    return padded_pass(model, *args, temperature, with_entropy, router_aux)
+
+
+# How far packed log-probs may be from padded ones on `packed_unsupported`'s probe: float rounding of
+# differently shaped matmuls (1e-6 in float32, ~1e-2 in bf16), far below what a wrong mask gives (0.1-1).
+PROBE_TOLERANCE = {torch.float32: 1e-3, torch.float64: 1e-6, torch.bfloat16: 0.1, torch.float16: 0.05}
+
+
+@torch.no_grad()
+def packed_unsupported(model: torch.nn.Module) -> str | None:
+    """Why this model cannot be trained in the packed layout, or None once a probe proved the two
+    layouts' log-probs equal on it: two prompts of different lengths, two completions each, longer
+    than any sliding window or chunk the model has (up to 64 tokens), in both layouts.
+
+    The config rules out what no mask can fix (`core.packing.packing_unsupported`); the probe catches
+    what they cannot see, such as a family whose layers mask in a way of their own."""
+    inner = unwrap(model)
+    reason = packing_unsupported(inner.config)
+    if reason is not None:
+        return reason
+    pattern = attention_pattern(inner.config)
+    span = max(pattern.sliding_window or 0, pattern.chunk_size or 0)
+    length = min(span + 3, 64) if span else 6
+    parameter = next(model.parameters())
+    vocab = inner.config.get_text_config().vocab_size
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, vocab, (4, 5 + length), generator=generator).to(parameter.device)
+    prompt_mask = torch.ones(4, 5, dtype=torch.long, device=parameter.device)
+    prompt_mask[2:, :2] = 0  # the second prompt is shorter: left padding
+    prompt_ids = torch.cat([ids[:1, :5]] * 2 + [ids[2:3, :5]] * 2) * prompt_mask
+    completion_mask = torch.ones(4, length, dtype=torch.long, device=parameter.device)
+    completion_mask[1::2, length - 2 :] = 0  # the second completion of each prompt ends earlier
+    completion_ids = ids[:, 5:] * completion_mask
+    args = (prompt_ids, prompt_mask, completion_ids, completion_mask)
+    was_training = model.training
+    model.eval()
+    try:
+        padded, _ = completion_logprobs_and_entropy(model, *args, with_entropy=False)
+        packed, _ = packed_completion_logprobs_and_entropy(
+            model, *args, prompt_groups(prompt_ids, prompt_mask), with_entropy=False
         )
-    return completion_logprobs_and_entropy(
-        model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature, with_entropy
-    )
+    except Exception as err:  # a forward that takes no 4-D mask, or no mask per layer kind
+        return f"its forward failed on the packed layout's mask ({type(err).__name__}: {err})"
+    finally:
+        model.train(was_training)
+    gap = float(((packed - padded).abs() * completion_mask).max())
+    tolerance = PROBE_TOLERANCE.get(parameter.dtype, 0.1)
+    if not gap <= tolerance:
+        return f"its packed log-probs differ from the padded ones by {gap:.2g} on a probe (tolerance {tolerance:g})"
+    return None

@@ -12,6 +12,14 @@ group's G rows as such: an environment's reset can add per-episode text to each 
 (rollout.episodes), and then each row is its own packed row. `pack` refuses rows that claim a shared
 prompt they do not have.
 
+The mask reproduces each layer's attention as the model computes it over the padded rows: a
+sliding-window layer sees the last `sliding_window` positions, a chunked layer (Llama 4) its chunk
+of `attention_chunk_size` positions; distances are position ids, which in both layouts count from a
+row's first real token. A model whose layers differ in kind takes one mask per kind (a dict keyed by
+`config.layer_types`, as transformers' own masking builds it). Layers that carry a state from token
+to token (linear attention, Mamba, short convolutions) would carry one completion's state into the
+next packed one, which no mask prevents: such models are not packed (`packing_unsupported`).
+
 Attention inside a packed row grows with the square of its length, so `choose_layout` keeps the
 padded layout where that would cost more than the tokens saved (docs/architecture.md §3, "Training passes").
 """
@@ -19,8 +27,66 @@ padded layout where that would cost more than the tokens saved (docs/architectur
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+
+PACKABLE_ATTENTION = ("eager", "sdpa")  # attention implementations that use a 4-D mask as given
+MASKED_KINDS = ("full_attention", "sliding_attention", "chunked_attention")  # layer kinds the packed mask reproduces
+TOKEN_WISE_KINDS = ("mlp", "moe")  # layer kinds that mix no tokens (Nemotron-H's MLP layers): nothing to mask
+
+
+@dataclass(frozen=True)
+class AttentionPattern:
+    """What the packed mask reproduces of a model's attention: the kind of each layer and their spans."""
+
+    kinds: tuple[str, ...]  # each decoder layer's kind (MASKED_KINDS or TOKEN_WISE_KINDS)
+    sliding_window: int | None = None  # sliding_attention: a query sees the last `sliding_window` positions
+    chunk_size: int | None = None  # chunked_attention: a query sees its chunk's earlier positions
+
+
+def layer_kinds(config: Any) -> tuple[str, ...]:
+    """Each decoder layer's kind as transformers' masking reads the config: `layer_types`, else every
+    layer sliding when the config has a window (Mistral), chunked when it has a chunk, else full."""
+    types = getattr(config, "layer_types", None)
+    if types:
+        return tuple(types)
+    if getattr(config, "sliding_window", None) is not None:
+        return ("sliding_attention",) * config.num_hidden_layers
+    if getattr(config, "attention_chunk_size", None) is not None:
+        return ("chunked_attention",) * config.num_hidden_layers
+    return ("full_attention",) * config.num_hidden_layers
+
+
+def packing_unsupported(config: Any) -> str | None:
+    """Why a model with this (transformers) config cannot be trained in the packed layout, or None:
+    its attention implementation takes no 4-D mask, or some layers are not attention the mask can
+    reproduce (a recurrent or convolutional state would flow from one packed completion into the next)."""
+    text = config.get_text_config() if callable(getattr(config, "get_text_config", None)) else config
+    implementation = getattr(text, "_attn_implementation", None) or "sdpa"
+    if implementation not in PACKABLE_ATTENTION:
+        return f"its attention implementation ({implementation}) takes no 4-D mask"
+    other = sorted(set(layer_kinds(text)) - set(MASKED_KINDS) - set(TOKEN_WISE_KINDS))
+    if other:
+        return (
+            f"its {', '.join(other)} layers carry a state from token to token, which would flow from one packed "
+            "completion into the next"
+        )
+    return None
+
+
+def attention_pattern(config: Any) -> AttentionPattern:
+    """The pattern `pack` builds masks for, from a model's config (`packing_unsupported` is None)."""
+    text = config.get_text_config() if callable(getattr(config, "get_text_config", None)) else config
+    kinds = layer_kinds(text)
+    return AttentionPattern(
+        kinds,
+        getattr(text, "sliding_window", None) if "sliding_attention" in kinds else None,
+        getattr(text, "attention_chunk_size", None) if "chunked_attention" in kinds else None,
+    )
+
+
+FULL_ATTENTION = AttentionPattern(("full_attention",))
 
 
 @dataclass
@@ -29,7 +95,9 @@ class PackedBatch:
 
     input_ids: torch.Tensor  # [K, T], K groups (distinct prompts) in the micro-batch
     position_ids: torch.Tensor  # [K, T]
-    attention_mask: torch.Tensor  # [K, 1, T, T] additive: 0 where a query may look, dtype min elsewhere
+    # [K, 1, T, T] additive: 0 where a query may look, dtype min elsewhere; per layer kind (a dict keyed
+    # by config.layer_types) when the model's layers attend differently
+    attention_mask: torch.Tensor | dict[str, torch.Tensor]
     source_row: torch.Tensor  # [n, C]: the packed row whose logits predict completion token (r, j)
     source_position: torch.Tensor  # [n, C]: ... and the position in it
 
@@ -60,10 +128,12 @@ def pack(
     completion_mask: torch.Tensor,
     groups: torch.Tensor,
     dtype: torch.dtype,
+    attention: AttentionPattern = FULL_ATTENTION,
 ) -> PackedBatch:
     """The packed layout of n rows (left-padded prompts, right-padded completions); rows with the
     same `groups` id share a prompt (`prompt_groups`) and are packed together; rows that do not are
-    refused, as each would be computed after the other's prompt.
+    refused, as each would be computed after the other's prompt. `attention`: the model's layer
+    kinds and spans, which the mask reproduces (`attention_pattern`).
 
     >>> batch = pack(torch.tensor([[0, 5], [0, 5]]), torch.tensor([[0, 1], [0, 1]]),
     ...              torch.tensor([[6, 7], [8, 0]]), torch.tensor([[1, 1], [1, 0]]), torch.tensor([0, 0]),
@@ -87,7 +157,9 @@ def pack(
     _place_prompts(prompt_ids, rows, input_ids, position_ids, seg)
     source_position = _place_completions(completion_ids, prompt_mask.sum(-1), rows, input_ids, position_ids, seg)
     source_row = rows.slot.unsqueeze(1).expand_as(completion_ids)
-    return PackedBatch(input_ids, position_ids, _attention_mask(seg, dtype), source_row, source_position)
+    return PackedBatch(
+        input_ids, position_ids, _attention_masks(seg, position_ids, dtype, attention), source_row, source_position
+    )
 
 
 @dataclass
@@ -170,13 +242,35 @@ def _place_completions(
     return torch.where(real, source_position, torch.zeros_like(source_position))
 
 
-def _attention_mask(seg: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def _attention_masks(
+    seg: torch.Tensor, positions: torch.Tensor, dtype: torch.dtype, attention: AttentionPattern
+) -> torch.Tensor | dict[str, torch.Tensor]:
+    """The mask of every layer kind in `attention`: one [K, 1, T, T] tensor when the layers attend
+    alike, else a dict by kind (token-wise layers, which read no mask, get the full one)."""
+    kinds = sorted({kind if kind in MASKED_KINDS else "full_attention" for kind in attention.kinds})
+    masks = {kind: _attention_mask(seg, positions, dtype, kind, attention) for kind in kinds}
+    if len(masks) == 1:
+        return next(iter(masks.values()))
+    for kind in set(attention.kinds) - set(masks):
+        masks[kind] = masks["full_attention"] if "full_attention" in masks else next(iter(masks.values()))
+    return masks
+
+
+def _attention_mask(
+    seg: torch.Tensor, positions: torch.Tensor, dtype: torch.dtype, kind: str, attention: AttentionPattern
+) -> torch.Tensor:
     """[K, 1, T, T] additive: a query sees earlier prompt tokens and its own completion's, nothing of
-    its siblings' and no padding."""
+    its siblings' and no padding; within the sliding window or the chunk its layer kind has, counted
+    in positions as the padded rows count them."""
     k, t = seg.shape
     q, kv = seg.unsqueeze(2), seg.unsqueeze(1)
     causal = torch.ones(t, t, dtype=torch.bool, device=seg.device).tril()
     allowed = causal & (kv != -2) & ((kv == -1) | (kv == q))
+    q_pos, kv_pos = positions.unsqueeze(2), positions.unsqueeze(1)
+    if kind == "sliding_attention" and attention.sliding_window is not None:
+        allowed &= q_pos - kv_pos < attention.sliding_window  # transformers' sliding_window_overlay
+    if kind == "chunked_attention" and attention.chunk_size is not None:
+        allowed &= q_pos // attention.chunk_size == kv_pos // attention.chunk_size  # its chunked_overlay
     allowed |= torch.eye(t, dtype=torch.bool, device=seg.device)  # a padding query looks at itself: no row of -inf only
     return torch.zeros(k, 1, t, t, dtype=dtype, device=seg.device).masked_fill_(
         ~allowed.unsqueeze(1), torch.finfo(dtype).min

@@ -19,7 +19,7 @@ import torch
 
 from grpo_cli.config.schema import AlgoConfig
 from grpo_cli.core.entropy import AdaptiveEntropy, entropy_bonus_on
-from grpo_cli.core.logprobs import RolloutRows, rows_logprobs
+from grpo_cli.core.logprobs import RolloutRows, rows_logprobs, rows_pass
 from grpo_cli.core.loss import LossNormalizer, aggregate_loss
 from grpo_cli.core.objective import EntropySelection, TokenLoss, entropy_bonus, select_high_entropy, token_loss
 from grpo_cli.core.optim import schedule_at
@@ -68,6 +68,8 @@ class UpdateSettings:
     grad_accum_steps: int  # micro-batches per optimizer step: memory, not maths (bnpo's per-micro-batch mean aside)
     max_grad_norm: float  # 0: no clipping (the norm is still measured)
     layout: str  # train.layout: packed | padded | auto (core.packing.choose_layout per micro-batch)
+    # algo.router_aux_loss_coef resolved against the model (training.layout): 0 without a router loss
+    router_aux_loss_coef: float = 0.0
 
 
 def plan_mini_batches(
@@ -252,15 +254,17 @@ def micro_step(
     `entropy_coef`: the bonus's coefficient this optimizer step (adaptive entropy's); None:
     algo.entropy_coef.
     """
-    algo, rollout = objective.algo, batch.rollout
+    algo, rollout, settings = objective.algo, batch.rollout, objective.settings
+    aux_coef = settings.router_aux_loss_coef
     with learner.autocast():
-        logps, entropies = rows_logprobs(
+        logps, entropies, aux_loss = rows_pass(
             learner.model,
             rollout,
             micro,
-            objective.settings.temperature,
-            objective.settings.layout,
+            settings.temperature,
+            settings.layout,
             with_entropy=objective.needs_entropy,
+            router_aux=aux_coef > 0,
         )
     entropy = entropy_tokens = 0.0
     if not objective.reuse_old:  # one update: this pass sees every row under the sampling policy
@@ -276,6 +280,10 @@ def micro_step(
     if coef > 0:  # the mean over the step's kept tokens: the selected ones, else the loss tokens
         step_tokens = selection.tokens if selection is not None else normalizer.tokens
         loss = loss - coef * entropy_bonus(entropies, terms.tokens, step_tokens)
+    variants = terms.variants
+    if aux_loss is not None:  # TRL's: each micro-batch adds its share, coef·aux / the step's micro-batches
+        loss = loss + aux_coef * aux_loss / normalizer.micro_batches
+        variants = {**variants, "router/aux_loss": aux_loss.item() * mask.sum().item()}  # a mean per loss token
     kept = kept_tokens = 0.0
     if algo.adaptive_entropy.enabled:  # what the controller measures: the bonus's tokens, under these weights
         kept = (entropies.detach() * terms.tokens).sum().item()
@@ -290,7 +298,7 @@ def micro_step(
         tokens=mask.sum().item(),
         entropy=entropy,
         entropy_tokens=entropy_tokens,
-        variants=terms.variants,
+        variants=variants,
         kept_entropy=kept,
         kept_tokens=kept_tokens,
     )

@@ -21,10 +21,13 @@ def build_learner(
     precision: PrecisionConfig,
     world: World,
     device: torch.device,
+    layout: str,
+    router_aux_loss_coef: float,
 ) -> tuple[Learner, UpdateSettings, float]:
     """(learner, settings, effective lr). The update's forward and backward go through DDP
     (gradients averaged) or an FSDP2 copy (sharded, gathered back after each update by the
-    trainer); sampling, the reference and checkpoints use the module itself."""
+    trainer); sampling, the reference and checkpoints use the module itself. `layout` and
+    `router_aux_loss_coef`: resolved against the model (training.layout)."""
     updates_per_step = cfg.algo.num_iterations * cfg.algo.mini_batches  # exact: mini-batches are planned
     batch = completions_per_step(cfg.train.prompts_per_step, cfg.rollout.num_generations, cfg.algo.mini_batches)
     if sharded_run(cfg.distributed, world.size):  # the update on a sharded copy (training.sharding)
@@ -40,6 +43,11 @@ def build_learner(
     learner = Learner(train_model, optimizer, scheduler, reference, autocast, scaler, world, updates_per_step)
     train, optim = cfg.train, cfg.optim
     settings = UpdateSettings(
-        cfg.rollout.temperature, cfg.rollout.max_new_tokens, train.grad_accum_steps, optim.max_grad_norm, train.layout
+        cfg.rollout.temperature,
+        cfg.rollout.max_new_tokens,
+        train.grad_accum_steps,
+        optim.max_grad_norm,
+        layout,
+        router_aux_loss_coef,
     )
     return learner, settings, effective_lr(cfg.optim, batch)  # optim.lr scaled to the batch (optim.lr_scaling)

@@ -10,10 +10,10 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
 
 from grpo_cli.config.schema import LoraConfig, ModelConfig
-from grpo_cli.core.logprobs import PACKABLE_ATTENTION
+from grpo_cli.core.packing import packing_unsupported
 from grpo_cli.errors import GrpoError
 from grpo_cli.model_source import model_directory
-from grpo_cli.models import adapter_base, is_adapter_dir, tiny_model_config
+from grpo_cli.models import adapter_base, all_linear, is_adapter_dir, peft_target_modules, tiny_model_config
 
 
 @dataclass(frozen=True)
@@ -30,11 +30,14 @@ class ModelShape:
     context: int | None
     output_parameters: int  # the output layer's (tied or not): the first gradient backward writes
     linears: tuple[tuple[str, int, int], ...]  # every Linear: (name, in, out), where LoRA's adapters go
-    packable: bool  # its attention takes the packed layout's 4-D mask (core.logprobs.PACKABLE_ATTENTION)
+    all_linear: tuple[str, ...]  # the Linears model.lora.target_modules=[all-linear] names (models.all_linear)
+    model_type: str  # transformers' model_type: which of those peft's MoE conversion would move
+    packable: bool  # the packed layout can train it (core.packing.packing_unsupported: its attention and layer kinds)
 
     def lora_targets(self, lora: LoraConfig) -> list[tuple[str, int, int]]:
-        """The Linears peft adapts: named like a target, or ending in `.target`."""
-        targets = list(lora.target_modules)
+        """The Linears peft adapts: named like a target, or ending in `.target`, `all-linear` read as
+        add_lora hands it to peft (models.peft_target_modules)."""
+        targets = peft_target_modules(list(lora.target_modules), list(self.all_linear), self.model_type)
         return [m for m in self.linears if any(m[0] == t or m[0].endswith(f".{t}") for t in targets)]
 
     def lora_parameters(self, lora: LoraConfig) -> int:
@@ -87,5 +90,7 @@ def model_shape(config: PretrainedConfig, trust_remote_code: bool = False) -> Mo
         linears=tuple(
             (name, m.in_features, m.out_features) for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)
         ),
-        packable=(getattr(config, "_attn_implementation", None) or "sdpa") in PACKABLE_ATTENTION,
+        all_linear=tuple(all_linear(model)),
+        model_type=config.model_type,
+        packable=packing_unsupported(config) is None,
     )

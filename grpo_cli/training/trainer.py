@@ -53,6 +53,7 @@ from grpo_cli.training.distributed import World, check_divisible
 from grpo_cli.training.dynamic_sampling import DynamicSampler, ScoredBatch, fit_mini_batches
 from grpo_cli.training.guards import GuardVerdict, StabilityGuard, TrainingHalted
 from grpo_cli.training.interrupt import DeferredInterrupt, Interrupted
+from grpo_cli.training.layout import router_aux_coefficient, training_layout
 from grpo_cli.training.learner import build_learner
 from grpo_cli.training.metrics import environment_alert, step_metrics, step_samples, unanswered_turns_alert
 from grpo_cli.training.pipeline import evaluate_greedy, fit_to_model, generate_groups, score_rollout
@@ -138,8 +139,11 @@ class GRPOTrainer:
         self.refill = (
             DynamicSampler(cfg, *sampling, self.tokenizer.pad_token_id) if cfg.algo.dynamic_sampling.enabled else None
         )
+        # the update's passes, fitted to this model once: its layout (and why) and the router's loss
+        router_aux = router_aux_coefficient(cfg.algo.router_aux_loss_coef, self.model)
+        layout, self.diagnostics["train_layout"] = training_layout(cfg.train.layout, self.model, router_aux)
         self.learner, self.update_settings, self.lr = build_learner(
-            self.model, reference, cfg, precision, self.world, self.device
+            self.model, reference, cfg, precision, self.world, self.device, layout, router_aux
         )
         self.build_step_state()
         self.step_index, self.history = self.checkpoints.start(self.resumed_from, self.learner, self.state)

@@ -109,6 +109,9 @@ class AlgoConfig:
     # DeepSeek-V3.2's off-policy sequence mask (TRL's off_policy_mask_threshold): a negative-advantage sequence
     # whose mean log(pi_behaviour / pi) per token exceeds it leaves the policy term; null: off (TRL's None), else >= 0
     off_policy_mask_threshold: float | None = None
+    # a mixture-of-experts model's load-balancing loss (TRL's router_aux_loss_coef): loss += coef·the router's
+    # auxiliary loss; null: the coefficient the model's config declares (0 if none), 0: off, else > 0 (MoE only)
+    router_aux_loss_coef: float | None = None
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
     adaptive_clip: AdaptiveClipConfig = field(default_factory=AdaptiveClipConfig)
     vespo: VespoConfig = field(default_factory=VespoConfig)

@@ -15,7 +15,6 @@ from grpo_cli.config.trl.values import Converter, Outcome
 
 SERVER = "grpo's vLLM engine runs inside the trainer (TRL's colocate mode); there is no server to reach"
 HUB = "grpo pushes nothing to the Hub: `grpo export` writes a Hugging Face directory to upload yourself"
-NO_MOE = "grpo's loss has no auxiliary term; a mixture-of-experts model trains on the policy loss alone"
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ the table in grpo_cli/config/trl/mapping.py)."""
 from __future__ import annotations
 
 from grpo_cli.config.trl import values as v
-from grpo_cli.config.trl.field import NO_MOE, SERVER, TrlField, already, none, same
+from grpo_cli.config.trl.field import SERVER, TrlField, already, none, same
 
 BATCH_KEYS = ("train.prompts_per_step", "train.grad_accum_steps", "algo.mini_batches")
 ONE_PROCESS = "for one process: with N, multiply train.prompts_per_step by N"
@@ -19,7 +19,7 @@ SAMPLING: dict[str, tuple[TrlField, ...]] = {
             v.model_init_kwargs,
         ),
         same("trust_remote_code", False, "model.trust_remote_code"),
-        none("router_aux_loss_coef", None, NO_MOE),
+        same("router_aux_loss_coef", None, "algo.router_aux_loss_coef"),
         same("disable_dropout", False, "model.disable_dropout"),
         same("cast_lm_head_to_fp32", False, "model.lm_head_fp32"),
         TrlField(
