@@ -24,7 +24,7 @@ class UpdateStats:
     # the optional terms' figures, each a mean per loss token, present only while its term is on:
     # clip_frac/dual, entropy/selected, rollout_correction/weight, rollout_correction/capped,
     # rollout/engine_gap (an engine that is not the policy samples: rollout.backend=vllm),
-    # off_policy_mask/dropped, vespo/weight
+    # off_policy_mask/dropped, vespo/weight, router/aux_loss (the router's load-balancing loss)
     variants: dict[str, float] = field(default_factory=dict)
 
     def metrics(self) -> dict[str, float | int | None]:
