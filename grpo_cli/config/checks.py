@@ -31,7 +31,7 @@ from grpo_cli.errors import GrpoError
 CHOICES = {
     "model.kind": ("tiny", "hf"),
     "model.dtype": ("auto", "fp32", "bf16", "fp16"),
-    "data.kind": ("arithmetic", "jsonl", "math", "code"),
+    "data.kind": ("arithmetic", "jsonl", "math", "code", "hf"),
     "data.on_long_prompt": LONG_PROMPT_POLICIES,
     "precision.dtype": ("fp32", "bf16", "fp16"),
     "guard.action": ("warn", "pause", "stop"),

@@ -13,6 +13,7 @@ from pathlib import Path
 from grpo_cli.config.checks import CHOICES, check_at_least_one, check_choice, fail
 from grpo_cli.config.group_keys import check_group_keys
 from grpo_cli.config.schema import DataConfig, ModelConfig, RolloutConfig
+from grpo_cli.data.hf import check_hf_path
 from grpo_cli.errors import GrpoError
 
 # rollout.generation_kwargs keys (transformers' and vLLM's names) that a rollout.* key or the loop
@@ -166,6 +167,8 @@ def _check_model(model: ModelConfig) -> None:
 
 
 def _check_data_file(data: DataConfig) -> None:
+    if data.kind == "hf":
+        check_hf_path(data.path)  # a hub id is looked up in the datasets cache when the data loads
     if data.kind == "jsonl":
         if not data.path:
             raise GrpoError("data=jsonl needs data.path=FILE")

@@ -33,8 +33,11 @@ READ_BY: dict[str, tuple[str, dict[str, tuple[str, ...]]]] = {
     "data": (
         "kind",
         {
-            "path": ("jsonl",),
-            "prompt_field": ("jsonl",),  # math and code read their packaged files' own `prompt`
+            "path": ("jsonl", "hf"),
+            "prompt_field": ("jsonl", "hf"),  # math and code read their packaged files' own `prompt`
+            "answer_field": ("jsonl", "hf"),
+            "split": ("hf",),  # a jsonl file is one table: its held-out rows are data.eval_fraction's
+            "subset": ("hf",),
             "num_examples": ("arithmetic",),
             "max_operand": ("arithmetic",),
             "operations": ("arithmetic",),

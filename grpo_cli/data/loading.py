@@ -10,6 +10,7 @@ from typing import Any
 from grpo_cli.config.checks import fail
 from grpo_cli.config.schema import DataConfig
 from grpo_cli.data.arithmetic import arithmetic_examples
+from grpo_cli.data.hf import read_hf_prompts
 from grpo_cli.data.jsonl import read_jsonl_prompts
 from grpo_cli.errors import GrpoError
 
@@ -31,8 +32,10 @@ def load_examples(cfg: DataConfig) -> list[dict[str, Any]]:
     elif cfg.kind in PACKAGED:
         with as_file(files("grpo_cli.data") / PACKAGED[cfg.kind]) as path:  # a real path even from a zip
             examples = read_jsonl_prompts(path, "prompt")
+    elif cfg.kind == "hf":
+        examples = read_hf_prompts(cfg)
     else:
-        examples = read_jsonl_prompts(cfg.path, cfg.prompt_field)
+        examples = read_jsonl_prompts(cfg.path, cfg.prompt_field, cfg.answer_field)
     if cfg.fraction < 1.0:
         examples = examples[: max(1, int(len(examples) * cfg.fraction))]
     if cfg.max_examples > 0:

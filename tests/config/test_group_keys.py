@@ -23,13 +23,13 @@ from tests.config.test_validate import valid_config
     [
         (
             {"data.path": "prompts.jsonl"},
-            "invalid value data.path='prompts.jsonl': read by data=jsonl only, and this run's data=arithmetic "
-            "(the synthetic a+b= problems) ignores it: add data=jsonl, or drop data.path",
+            "invalid value data.path='prompts.jsonl': read by data=jsonl or data=hf only, and this run's "
+            "data=arithmetic (the synthetic a+b= problems) ignores it: add data=jsonl or data=hf, or drop data.path",
         ),
         (
             {"data.kind": "math", "data.path": "prompts.jsonl"},
-            "invalid value data.path='prompts.jsonl': read by data=jsonl only, and this run's data=math "
-            "(the packaged word problems) ignores it: add data=jsonl, or drop data.path",
+            "invalid value data.path='prompts.jsonl': read by data=jsonl or data=hf only, and this run's data=math "
+            "(the packaged word problems) ignores it: add data=jsonl or data=hf, or drop data.path",
         ),
         (
             {"model.path": "HuggingFaceTB/SmolLM2-135M-Instruct"},
@@ -75,7 +75,7 @@ def test_rollout_and_eval_refuse_them_too() -> None:
     """They share conf/model and conf/data, and the check (config/generation_checks.py)."""
     rollout = RolloutRunConfig()
     rollout.data.path = "prompts.jsonl"
-    with pytest.raises(GrpoError, match=r"data\.path='prompts\.jsonl': read by data=jsonl only"):
+    with pytest.raises(GrpoError, match=r"data\.path='prompts\.jsonl': read by data=jsonl or data=hf only"):
         validate_rollout(rollout)
     evaluation = EvalConfig()
     evaluation.model.path = "HuggingFaceTB/SmolLM2-135M-Instruct"

@@ -10,9 +10,16 @@ LONG_PROMPT_POLICIES = ("truncate_left", "skip", "error")  # data.on_long_prompt
 
 @dataclass
 class DataConfig:
-    kind: str = "arithmetic"  # arithmetic | jsonl | math | code
-    path: str | None = None  # jsonl: the file of rows; arithmetic | math | code: unused
+    kind: str = "arithmetic"  # arithmetic | jsonl | math | code | hf
+    # jsonl: the file of rows; hf: a parquet/csv/json/jsonl/arrow file, a directory (save_to_disk's, or
+    # of data files) or a hub id in the local datasets cache; arithmetic | math | code: unused
+    path: str | None = None
     prompt_field: str = "prompt"  # the column that holds the prompt (text, or a list of chat messages)
+    # jsonl | hf: the column that holds the reference answer; it reaches the rewards as `answer` and
+    # under its own name (e.g. solution, as TRL's accuracy_reward reads it)
+    answer_field: str = "answer"
+    split: str = "train"  # hf: the data set's split to read (train, test, ...); eval holds out data.eval_fraction of it
+    subset: str | None = None  # hf: a hub data set's configuration (load_dataset's name), e.g. main for openai/gsm8k
     num_examples: int = 2000  # arithmetic: distinct problems to draw, >= 1 (capped by how many exist)
     max_operand: int = 9  # arithmetic: operands are 0..max_operand, >= 0
     operations: list[str] = field(default_factory=lambda: ["+"])  # arithmetic: one or more of + - *
