@@ -68,7 +68,10 @@ def test_no_reference_at_beta_0_a_full_copy_above_it_and_none_extra_with_lora() 
     assert part(plan(cfg), "reference model").bytes == 0  # the base with the adapters off
 
 
-@pytest.mark.parametrize("targets", [["q_proj", "k_proj", "v_proj", "o_proj"], ["gate_proj", "down_proj"]])
+@pytest.mark.parametrize(
+    "targets",
+    [["all-linear"], ["all-linear", "lm_head"], ["q_proj", "k_proj", "v_proj", "o_proj"], ["gate_proj", "down_proj"]],
+)
 def test_lora_gradients_and_optimizer_count_only_the_adapters(tiny_model_dir: Path, targets: list[str]) -> None:
     cfg = TrainConfig()
     cfg.model.path = str(tiny_model_dir)

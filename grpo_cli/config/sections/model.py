@@ -25,8 +25,11 @@ class LoraConfig:
     r: int = 16  # rank of each adapter's A (r x in) and B (out x r)
     alpha: float = 32.0  # the update B·A is scaled by alpha / r
     dropout: float = 0.05  # dropout on the adapter's input, in [0, 1)
-    # module names that get adapters (Llama/Qwen attention)
-    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    # modules that get adapters: [all-linear] = every linear layer but the output head (PEFT's all-linear,
+    # verl's default): attention, linear-attention and Mamba projections, MLPs, whatever a family names
+    # them; routed experts (3-D weights) and routers stay frozen. Or names, peft-matched (q_proj matches
+    # every *.q_proj), e.g. [q_proj, k_proj, v_proj, o_proj], which may be mixed with all-linear
+    target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
 
 
 @dataclass
