@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.config.schema import EvalConfig, ExportConfig, RolloutRunConfig, ScoreConfig, TrainConfig
+from grpo_cli.config.schema import CheckConfig, EvalConfig, ExportConfig, RolloutRunConfig, ScoreConfig, TrainConfig
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,13 @@ SUBCOMMANDS = (
         "a checkpoint (or a run's newest) as a Hugging Face directory; LoRA merged; verified by reloading",
         "grpo_cli.commands.export:run_export",
         locks_run_dir=False,  # hydra.run.dir is "."
+    ),
+    Subcommand(
+        "check",
+        CheckConfig,
+        "run the model zoo's equalities on a model: its sampling loop, layout, LoRA and FSDP support, export",
+        "grpo_cli.commands.check:run_check",
+        locks_run_dir=False,  # hydra.run.dir is ".": writes nothing
     ),
     Subcommand(
         "plot",

@@ -27,7 +27,7 @@ import yaml
 from peft import PeftModel
 from peft.tuners.tuners_utils import BaseTunerLayer
 from rich.markup import escape
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
 from grpo_cli.checkpoint import (
     base_model_dir,
@@ -43,14 +43,9 @@ from grpo_cli.errors import GrpoError
 from grpo_cli.model_source import is_gguf, load_gguf
 from grpo_cli.models import DTYPES, is_adapter_dir, load_weights
 from grpo_cli.monitor.terminal import stderr_console
+from grpo_cli.reload_check import TOLERANCE, VERIFY_PROMPTS, prompt_logits, verify
 
 transformers.utils.logging.disable_progress_bar()
-# Short texts of the kinds the shipped tasks use; any text encodes with any tokenizer.
-VERIFY_PROMPTS = ("1+2=", "What is 17 * 3? Answer:", "def add(a, b):\n    return", "The quick brown fox")
-# Largest |logit difference| allowed, as a share of the source's largest |logit| (at least 1). fp32
-# only reorders sums (the LoRA merge); half precision rounds every weight and activation, and the
-# error compounds over the layers (bf16 keeps 8 mantissa bits, fp16 11).
-TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2}
 SKIPPED_METRICS = ("time/", "throughput/", "memory/")  # machine figures: noise in a model card
 
 
@@ -116,30 +111,6 @@ def untie_adapted_output(model: PeftModel) -> bool:
 
 
 @torch.no_grad()
-def prompt_logits(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> list[torch.Tensor]:
-    """Each prompt alone (no padding to get wrong), logits upcast to float32."""
-    logits = []
-    for prompt in VERIFY_PROMPTS:
-        ids = tokenizer(prompt, return_tensors="pt")
-        logits.append(model(input_ids=ids["input_ids"], attention_mask=ids["attention_mask"]).logits[0].float())
-    return logits
-
-
-def verify(
-    directory: Path,
-    dtype: torch.dtype,
-    tokenizer: PreTrainedTokenizerBase,
-    source: list[torch.Tensor],
-    trust_remote_code: bool,
-) -> tuple[float, float]:
-    """(largest |logit difference|, tolerance) of the exported directory reloaded the way its users
-    will, with plain transformers, against the checkpoint's own logits."""
-    exported = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, trust_remote_code=trust_remote_code)
-    difference = max((a - b).abs().max().item() for a, b in zip(prompt_logits(exported.eval(), tokenizer), source))
-    scale = max(1.0, max(s.abs().max().item() for s in source))
-    return difference, TOLERANCE[dtype] * scale
-
-
 def checked_export(
     tmp: Path, dtype_name: str, tokenizer: PreTrainedTokenizerBase, source: list[torch.Tensor], export: ExportOf
 ) -> tuple[float, str]:

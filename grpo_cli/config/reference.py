@@ -26,7 +26,7 @@ from pathlib import Path
 
 from grpo_cli.config import schema as schema_module
 from grpo_cli.config.keys import unwrap_optional
-from grpo_cli.config.schema import EvalConfig, ExportConfig, RolloutRunConfig, ScoreConfig, TrainConfig
+from grpo_cli.config.schema import CheckConfig, EvalConfig, ExportConfig, RolloutRunConfig, ScoreConfig, TrainConfig
 
 COMMANDS: tuple[tuple[str, type], ...] = (
     ("train", TrainConfig),
@@ -34,6 +34,7 @@ COMMANDS: tuple[tuple[str, type], ...] = (
     ("score", ScoreConfig),
     ("eval", EvalConfig),
     ("export", ExportConfig),
+    ("check", CheckConfig),
 )
 
 

@@ -84,6 +84,7 @@ __all__ = [
     "AdaptiveClipConfig",
     "AdaptiveEntropyConfig",
     "AlgoConfig",
+    "CheckConfig",
     "CurriculumConfig",
     "CurriculumPhase",
     "DataConfig",
@@ -193,6 +194,15 @@ class ExportConfig:
     output: str | None = None  # directory to write; must not exist yet (or be empty)
     dtype: str = "auto"  # EXPORT_DTYPES; auto: the dtype the weights are saved in
     merge_lora: bool = True  # a LoRA checkpoint: merge into the base; false: the adapter and its base's path
+
+
+@dataclass
+class CheckConfig:
+    """`grpo check`: the model zoo's equalities (tests/zoo) on one model: which sampling loop and layout it
+    trains with, sampler = forward, packed = padded, LoRA's default targets, FSDP's blocks, export and reload."""
+
+    seed: int = 0  # sampling seed (and the tiny model's)
+    model: ModelConfig = field(default_factory=ModelConfig)
 
 
 @dataclass

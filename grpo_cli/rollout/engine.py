@@ -9,30 +9,37 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from grpo_cli.config.schema import RolloutConfig
 from grpo_cli.errors import GrpoError
 from grpo_cli.rollout.base import Generator
-from grpo_cli.rollout.fast import FastGenerator, resizable_cache, returned_cache, settings_unsupported
+from grpo_cli.rollout.fast import FORWARD_FAILED, ROW_OPERATIONS, FastGenerator, probe_rows, settings_unsupported
 from grpo_cli.rollout.hf import HFGenerator
 from grpo_cli.rollout.sampling_copy import SamplingCopy, sampling_weights_choice
 from grpo_cli.rollout.vllm import VLLMGenerator, vllm_unavailable
 
 
-@torch.no_grad()
-def fast_loop_unsupported(model: PreTrainedModel) -> str | None:
-    """Why the fast loop cannot drive this model, or None: it needs a decoder-only model whose KV
-    cache can repeat and drop rows (one probe forward on one token tells)."""
+def fast_loop_rows(model: PreTrainedModel) -> tuple[str | None, str | None]:
+    """The cache method the fast loop repeats and drops rows with on this model, or None and why it
+    cannot drive the model: the first of ROW_OPERATIONS whose probe (`fast.probe_rows`, the loop's own
+    steps against a fresh forward) gives the fresh forward's logits. A decoder-only model is needed."""
     if getattr(model.config, "is_encoder_decoder", False):
-        return "an encoder-decoder model"
-    device = next(model.parameters()).device
+        return None, "an encoder-decoder model"
     was_training = model.training
     model.eval()
     try:
-        cache = returned_cache(model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=device), use_cache=True))
-    except Exception as err:  # a model whose forward takes other arguments
-        return f"its forward failed on a probe ({type(err).__name__}: {err})"
+        failures = []
+        for operation in ROW_OPERATIONS:
+            failure = probe_rows(model, operation)
+            if failure is None:
+                return operation, None
+            if failure.startswith(FORWARD_FAILED):
+                return None, failure
+            failures.append(failure)
     finally:
         model.train(was_training)
-    if not resizable_cache(cache):
-        return f"its cache ({type(cache).__name__}) cannot repeat or drop rows"
-    return None
+    return None, "; ".join(failures)
+
+
+def fast_loop_unsupported(model: PreTrainedModel) -> str | None:
+    """Why the fast loop cannot drive this model, or None (`fast_loop_rows`)."""
+    return fast_loop_rows(model)[1]
 
 
 def make_generator(
@@ -62,7 +69,8 @@ def with_sampling_weights(
     loop = "fast" if isinstance(generator, FastGenerator) else "generate"
     use_copy, weights = sampling_weights_choice(model, cfg, loop)
     if use_copy:
-        generator = FastGenerator(model, tokenizer, cfg, SamplingCopy(model))
+        rows = generator.row_operation if isinstance(generator, FastGenerator) else ROW_OPERATIONS[0]
+        generator = FastGenerator(model, tokenizer, cfg, SamplingCopy(model), rows)
     return generator, use_copy, weights
 
 
@@ -79,9 +87,9 @@ def _hf_generator(
                 "use rollout.loop=auto or generate, or drop them"
             )
         return HFGenerator(model, tokenizer, cfg), f"generate ({setting})"
-    reason = fast_loop_unsupported(model)
-    if reason is None:
-        return FastGenerator(model, tokenizer, cfg), "fast"
+    operation, reason = fast_loop_rows(model)
+    if operation is not None:
+        return FastGenerator(model, tokenizer, cfg, row_operation=operation), "fast"
     if cfg.loop == "fast":
         raise GrpoError(f"rollout.loop=fast cannot drive this model: {reason}; use rollout.loop=auto or generate")
     return HFGenerator(model, tokenizer, cfg), f"generate ({reason})"

@@ -9,7 +9,14 @@ from: the same transformers processors in its order on float32 logits (the repet
 min_new_tokens' EOS ban; sampling adds the warpers temperature, top-k, top-p, min-p), then softmax,
 and one draw from it (`sample_categorical`; argmax when greedy).
 
-Models whose cache cannot drop or repeat rows (a static, quantised or encoder-decoder cache), and
+The cache's rows are repeated and dropped by one row index (`take_rows`), through the cache's own
+`reorder_cache` (beam search's, on transformers' caches since well before 4.56; in 5.x every layer
+kind applies it to all its states, the conv and recurrent states of linear-attention and Mamba
+layers included) or, where that is wrong, the cache's `batch_select_indices` (MiniMax keeps its
+linear states beside the layers and moves them there only). `probe_rows` runs the loop's own steps
+on two prompts and checks the logits against a fresh forward, so the operation is chosen by what it
+does, not by the methods a cache has. Models where neither works (an encoder-decoder; MiniMax ending
+on a full-attention layer; Mamba, whose one-token step misreads the loop's attention mask), and
 `rollout.generation_kwargs` (generate's other options, none of which this loop has), keep
 `generate`; `rollout.engine.make_generator` picks and says which, and why.
 """
@@ -97,11 +104,94 @@ def returned_cache(output: Any) -> Any:
     return cache if cache is not None else output.past_key_values
 
 
-def resizable_cache(cache: object) -> bool:
-    """Whether a KV cache can repeat its rows (one prefill per prompt) and drop them (finished rows)."""
-    return callable(getattr(cache, "batch_repeat_interleave", None)) and callable(
-        getattr(cache, "batch_select_indices", None)
+# The cache methods that keep a list of rows, in the order the probe tries them: beam search's,
+# which every transformers layer kind implements on all its states, then the cache's batch helper
+# (right where a cache class keeps states outside its layers and overrides only that one)
+ROW_OPERATIONS = ("reorder_cache", "batch_select_indices")
+
+
+def take_rows(cache: Any, rows: torch.Tensor, operation: str = ROW_OPERATIONS[0]) -> None:
+    """Keep the cache rows `rows`, in that order, with the cache's method `operation`: one index both
+    repeats rows (each prompt's G times after its one prefill) and drops them (finished completions)."""
+    getattr(cache, operation)(rows)
+
+
+def prefill(
+    net: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
+) -> tuple[Any, torch.Tensor, torch.Tensor]:
+    """One forward over the left-padded prompts: their cache, the float32 logits at the last prompt
+    token [B, V], and each row's position for the next token [B, 1]."""
+    positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
+    # the last position by index, not `logits_to_keep=1`: a slice of [B, P, H] is not contiguous,
+    # and with frozen weights (the bf16 copy) torch's matmul then multiplies it by B contiguous
+    # copies of the output layer (SmolLM2's: 290 ms, against a few ms for an index)
+    last = torch.tensor([prompt_ids.size(1) - 1], device=prompt_ids.device)
+    out = net(
+        input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions, use_cache=True, logits_to_keep=last
     )
+    return returned_cache(out), out.logits[:, -1].float(), positions[:, -1:] + 1
+
+
+def decode(
+    net: torch.nn.Module, cache: Any, keyword: str, token: torch.Tensor, mask: torch.Tensor, position: torch.Tensor
+) -> torch.Tensor:
+    """One token per running row through the cache: the next float32 logits [rows, V]. `mask` covers
+    the prompt, the completion so far and `token`; `position` is the token's; `keyword` is
+    `cache_argument`'s."""
+    step = {"input_ids": token.unsqueeze(1), "attention_mask": mask, "position_ids": position, keyword: cache}
+    out = net(**step, use_cache=True)
+    return out.logits[:, -1].float()
+
+
+# How far the cached logits may be from a fresh forward's, relative to the largest logit: float
+# rounding summed in another order (fp32: <= 5e-7 on the zoo, 3e-6 on SmolLM2-135M; bf16 and fp16:
+# <= 5e-3 on the zoo's Mamba hybrids, 0 on SmolLM2), where a row taken from the wrong place, or a
+# state left behind, is off by the logits' own spread (0.4-0.8 measured)
+PROBE_TOLERANCE = {torch.float32: 1e-3, torch.float64: 1e-3}
+LOW_PRECISION_TOLERANCE = 0.1  # bf16, fp16
+
+
+FORWARD_FAILED = "its forward failed on a probe"  # no row operation can help: fast_loop_rows stops there
+
+
+@torch.no_grad()
+def probe_rows(model: torch.nn.Module, operation: str) -> str | None:
+    """Why repeating and dropping cache rows with `operation` does not work on this model, or None:
+    the loop's own steps on two prompts of different lengths (left padding), prefilled, each row
+    repeated twice, a token, one row dropped, another token, against a fresh forward without a cache
+    of the same sequences. A few tokens through the model: cheap enough for every start."""
+    parameter = next(model.parameters())
+    device, keyword = parameter.device, cache_argument(model)
+    vocab = model.get_input_embeddings().num_embeddings
+    prompts = (torch.arange(10, device=device).view(2, 5) * 7 + 3) % vocab  # arbitrary ids
+    prompt_mask = torch.ones_like(prompts)
+    prompt_mask[1, :2] = 0  # the second prompt is shorter: left-padded by 2
+    repeat = torch.tensor([0, 0, 1, 1], device=device)  # each prompt's row twice
+    keep = torch.tensor([0, 2, 3], device=device)  # drops a copy of the first prompt, as a finished row
+    tokens = (torch.arange(8, device=device).view(4, 2) * 11 + 5) % vocab  # two tokens a row, each row its own
+    full = torch.cat([prompts[repeat], tokens], dim=1)[keep]
+    mask = torch.cat([prompt_mask[repeat], prompt_mask.new_ones(4, 2)], dim=1)
+    try:
+        cache, first, position = prefill(model, prompts, prompt_mask)
+    except Exception as err:  # a model whose forward takes other arguments
+        return f"{FORWARD_FAILED} ({type(err).__name__}: {str(err)[:160]})"
+    try:
+        take_rows(cache, repeat, operation)
+        second = decode(model, cache, keyword, tokens[:, 0], mask[:, :6], position[repeat])
+        take_rows(cache, keep, operation)
+        third = decode(model, cache, keyword, tokens[keep, 1], mask[keep], position[repeat][keep] + 1)
+    except Exception as err:  # a method that cannot index rows, or states it left behind that the next step trips on
+        return f"its cache's rows taken by {operation} fail ({type(err).__name__}: {str(err)[:160]})"
+    cached = torch.stack([first[repeat][keep], second[keep], third], dim=1)
+    positions = (mask[keep].cumsum(-1) - 1).clamp(min=0)
+    fresh = model(input_ids=full, attention_mask=mask[keep], position_ids=positions, use_cache=False).logits[:, 4:]
+    gap = float((cached - fresh.float()).abs().max() / fresh.float().abs().max().clamp(min=1e-6))
+    if not gap <= PROBE_TOLERANCE.get(parameter.dtype, LOW_PRECISION_TOLERANCE):  # `not <=`: a NaN gap fails too
+        return (
+            f"its cached decoding, rows repeated and dropped by {operation}, gives logits {gap:.0e} away "
+            "from a fresh forward's"
+        )
+    return None
 
 
 class FastGenerator:
@@ -113,6 +203,7 @@ class FastGenerator:
         tokenizer: PreTrainedTokenizerBase,
         cfg: RolloutConfig,
         sampling_copy: SamplingCopy | None = None,
+        row_operation: str = ROW_OPERATIONS[0],
     ) -> None:
         reason = settings_unsupported(cfg)
         if reason is not None:  # a library caller's FastGenerator: make_generator already chose generate
@@ -128,6 +219,7 @@ class FastGenerator:
         self.warpers = warpers(cfg)
         self.pad_id = tokenizer.pad_token_id
         self.cache_argument = cache_argument(model)
+        self.row_operation = row_operation  # the cache method that repeats and drops rows (probe_rows chose it)
         self.on_token: TokenProgress | None = None  # told after each token (Generator)
 
     def weights_updated(self) -> None:
@@ -186,24 +278,10 @@ class FastGenerator:
     ) -> tuple[Any, torch.Tensor, torch.Tensor]:
         """One forward per prompt, not per completion: its KV cache and last logits repeated G times
         (rows group by group), and each row's next position."""
-        positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
-        # the last position by index, not `logits_to_keep=1`: a slice of [B, P, H] is not contiguous,
-        # and with frozen weights (the bf16 copy) torch's matmul then multiplies it by B contiguous
-        # copies of the output layer (SmolLM2's: 290 ms, against a few ms for an index)
-        last = torch.tensor([prompt_ids.size(1) - 1], device=prompt_ids.device)
-        out = net(
-            input_ids=prompt_ids,
-            attention_mask=prompt_mask,
-            position_ids=positions,
-            use_cache=True,
-            logits_to_keep=last,
-        )
-        cache = returned_cache(out)
-        if not resizable_cache(cache):
-            raise TypeError(f"{type(cache).__name__} cannot repeat or drop rows")
-        cache.batch_repeat_interleave(g)
-        logits = out.logits[:, -1].float().repeat_interleave(g, dim=0)
-        return cache, logits, positions[:, -1:].repeat_interleave(g, dim=0) + 1
+        cache, logits, next_position = prefill(net, prompt_ids, prompt_mask)
+        rows = torch.arange(prompt_ids.size(0), device=prompt_ids.device).repeat_interleave(g)
+        take_rows(cache, rows, self.row_operation)
+        return cache, logits[rows], next_position[rows]
 
     def sample(
         self,
@@ -249,18 +327,11 @@ class FastGenerator:
             if not going.all():  # finished rows leave the batch and the cache
                 keep = going.nonzero().squeeze(1)
                 running, token, mask, next_position = running[keep], token[keep], mask[keep], next_position[keep]
-                cache.batch_select_indices(keep)
+                take_rows(cache, keep, self.row_operation)
                 if seen is not None:
                     seen.select(keep)
             mask = torch.cat([mask, mask.new_ones(mask.size(0), 1)], dim=1)
-            out = net(
-                input_ids=token.unsqueeze(1),
-                attention_mask=mask,
-                position_ids=next_position,
-                use_cache=True,
-                **{self.cache_argument: cache},
-            )
-            logits = out.logits[:, -1].float()
+            logits = decode(net, cache, self.cache_argument, token, mask, next_position)
             next_position = next_position + 1
         return tokens[:, :steps], logps[:, :steps]
 

@@ -21,7 +21,7 @@ from grpo_cli.config import TrainConfig
 from grpo_cli.config.dotted import flatten
 from grpo_cli.config.eval_checks import validate_eval
 from grpo_cli.config.rollout_checks import validate_rollout
-from grpo_cli.config.schema import EvalConfig, ExportConfig, RolloutRunConfig, ScoreConfig
+from grpo_cli.config.schema import CheckConfig, EvalConfig, ExportConfig, RolloutRunConfig, ScoreConfig
 from grpo_cli.config.smoke import apply_smoke
 from grpo_cli.config.train_checks import validate
 from grpo_cli.rewards import resolve_reward_sources
@@ -110,7 +110,7 @@ def prompts_jsonl(tmp_path: Path) -> Path:
 
 
 def _fill_paths(cfg: DictConfig, model_dir: Path, data_file: Path) -> None:
-    """Options that need a path on disk (model=hf, data=jsonl) get a real one."""
+    """Options that need a path on disk (model=hf, data=jsonl, data=hf) get a real one."""
 
     def absent(node: DictConfig, check: str) -> bool:
         if OmegaConf.is_missing(node, "path") or node.path is None:
@@ -119,7 +119,7 @@ def _fill_paths(cfg: DictConfig, model_dir: Path, data_file: Path) -> None:
 
     if cfg.model.kind == "hf" and absent(cfg.model, "is_dir"):
         cfg.model.path = str(model_dir)
-    if cfg.data.kind == "jsonl" and absent(cfg.data, "is_file"):
+    if cfg.data.kind in ("jsonl", "hf") and absent(cfg.data, "is_file"):  # data=hf reads a jsonl file too
         cfg.data.path = str(data_file)
 
 
@@ -146,6 +146,9 @@ def test_conf_primary_config_composes_and_validates(name: str, tiny_model_dir: P
         return
     if name == "export":  # paths only: nothing to validate before they are given
         assert OmegaConf.to_object(cfg) == ExportConfig()
+        return
+    if name == "check":  # the model group alone: the tiny default until model=hf model.path=DIR
+        assert OmegaConf.to_object(cfg) == CheckConfig()
         return
     if name == "rollout":
         rollout = OmegaConf.to_object(cfg)

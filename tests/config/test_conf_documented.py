@@ -15,7 +15,14 @@ from pathlib import Path
 import pytest
 
 from grpo_cli.config.keys import leaf_keys
-from grpo_cli.config.schema import EvalConfig, ExportConfig, RolloutRunConfig, ScoreConfig, TrainConfig
+from grpo_cli.config.schema import (
+    CheckConfig,
+    EvalConfig,
+    ExportConfig,
+    RolloutRunConfig,
+    ScoreConfig,
+    TrainConfig,
+)
 from tests.conftest import REPO, run_grpo
 
 CONF = REPO / "conf"
@@ -26,6 +33,7 @@ PRIMARY = {
     RolloutRunConfig: "rollout",
     EvalConfig: "eval",
     ExportConfig: "export",
+    CheckConfig: "check",
 }
 
 
@@ -137,6 +145,7 @@ HELP_CASES = [
     ("rollout", RolloutRunConfig, ["num_generations: 8", "resume: false", "split: all"]),
     ("eval", EvalConfig, ["success_threshold: 1.0", "split: eval", "compare: null"]),
     ("export", ExportConfig, ["checkpoint: null", "dtype: auto", "merge_lora: true"]),
+    ("check", CheckConfig, ["seed: 0", "kind: tiny"]),
 ]
 
 

@@ -13,7 +13,14 @@ import pytest
 from omegaconf import OmegaConf
 
 from grpo_cli.config.dotted import flatten
-from grpo_cli.config.schema import EvalConfig, ExportConfig, RolloutRunConfig, ScoreConfig, TrainConfig
+from grpo_cli.config.schema import (
+    CheckConfig,
+    EvalConfig,
+    ExportConfig,
+    RolloutRunConfig,
+    ScoreConfig,
+    TrainConfig,
+)
 from grpo_cli.config.train_checks import validate
 from tests.conftest import run_grpo
 
@@ -33,6 +40,7 @@ def _composed(subcommand: str) -> dict:
         ("rollout", RolloutRunConfig),
         ("eval", EvalConfig),
         ("export", ExportConfig),
+        ("check", CheckConfig),
     ],
 )
 def test_schema_defaults_equal_the_composed_default_run(subcommand: str, schema: type) -> None:
