@@ -54,6 +54,9 @@ NO_CUDA = (
 )
 ENGINE_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # rollout.vllm.dtype -> vLLM's names
 LOAD_WEIGHTS = "grpo_load_shared_weights"  # the WeightSyncExtension method collective_rpc calls
+# model_types whose linear-attention layers vLLM builds from its Gated DeltaNet layer
+# (layers/mamba/gdn/qwen_gdn_linear_attn.py): on a CPU its kernel asserts bf16 inputs (0.32.0)
+GATED_DELTANET = ("qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")
 
 
 def cpu_build_installed() -> bool:
@@ -181,6 +184,20 @@ def engine_kwargs(model: torch.nn.Module, cfg: RolloutConfig, max_prompt_tokens:
     }
 
 
+def cpu_engine_refusal(model: torch.nn.Module, engine_dtype: str) -> str | None:
+    """Why vLLM-CPU cannot sample this model in `engine_dtype` (vLLM's name), or None. Asked before
+    the engine starts: vLLM itself starts the engine, loads the weights and only dies at the first
+    generation, with a kernel's assertion."""
+    model_type = model.config.model_type
+    if model_type in GATED_DELTANET and engine_dtype != "bfloat16":
+        return (
+            f"rollout.backend=vllm: vLLM-CPU runs {model_type}'s Gated DeltaNet layers in bf16 only, and the engine's "
+            f"dtype is {engine_dtype}: set rollout.vllm.dtype=bf16 (rollout/engine_gap then reads bf16's rounding), "
+            "or use rollout.backend=hf"
+        )
+    return None
+
+
 def local_rank_cores() -> str:
     """This process's share of the machine's cores, as VLLM_CPU_OMP_THREADS_BIND spells it: all of
     them for one training process (vLLM's own "auto" keeps one core back for its scheduler, half of a
@@ -209,11 +226,15 @@ def build_engine(model: torch.nn.Module, cfg: RolloutConfig, max_prompt_tokens: 
     os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
     if not torch.cuda.is_available() and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:  # a user's own wins
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = local_rank_cores()
+    kwargs = engine_kwargs(model, cfg, max_prompt_tokens)
+    refusal = None if torch.cuda.is_available() else cpu_engine_refusal(model, kwargs["dtype"])
+    if refusal:
+        raise GrpoError(refusal)
     try:
         from vllm import LLM
     except ImportError as err:
         raise GrpoError(f"{VLLM_MISSING} ({err})") from err
-    return LLM(**engine_kwargs(model, cfg, max_prompt_tokens))
+    return LLM(**kwargs)
 
 
 def load_weights_into(llm: Any, buffer: SharedWeights, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
