@@ -148,7 +148,7 @@ def test_gradient_checkpointing_and_lora_train_the_real_model(
 ) -> None:
     cfg = real_config(smollm2_cache, tmp_path)
     if variant == "lora":
-        cfg.model.lora.enabled = True  # the attention projections, as users do
+        cfg.model.lora.enabled = True  # the default targets: every linear layer but the head
     else:
         cfg.model.gradient_checkpointing = True
     trainer = GRPOTrainer(cfg, tmp_path, observers=[])
@@ -156,7 +156,8 @@ def test_gradient_checkpointing_and_lora_train_the_real_model(
     trainable = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
     if variant == "lora":
         assert trainable and all("lora_" in n for n in trainable)
-        assert {n.split(".lora_")[0].split(".")[-1] for n in trainable} == {"q_proj", "k_proj", "v_proj", "o_proj"}
+        adapted = {n.split(".lora_")[0].split(".")[-1] for n in trainable}
+        assert adapted == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
     else:
         assert any(getattr(m, "gradient_checkpointing", False) for m in trainer.model.modules())
     result = trainer.step()
