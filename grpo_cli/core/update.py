@@ -236,6 +236,13 @@ def micro_token_loss(
     )
 
 
+def router_loss_share(coef: float, aux_loss: torch.Tensor, micro_batches: int, processes: int) -> torch.Tensor:
+    """One micro-batch's share of the router's auxiliary loss, as TRL adds it: coef·aux / the step's
+    micro-batches, of the processes' mean aux (each process's aux is its own rows' mean, and
+    micro_step scales the loss by the process count for DDP's averaging)."""
+    return coef * aux_loss / (micro_batches * processes)
+
+
 def micro_step(
     learner: Learner,
     batch: UpdateBatch,
@@ -281,9 +288,8 @@ def micro_step(
         step_tokens = selection.tokens if selection is not None else normalizer.tokens
         loss = loss - coef * entropy_bonus(entropies, terms.tokens, step_tokens)
     variants = terms.variants
-    if aux_loss is not None:  # TRL's: each micro-batch adds its share, coef·aux / the step's micro-batches,
-        # of the processes' mean aux (each process's is its own rows' mean; the line below scales by N)
-        loss = loss + aux_coef * aux_loss / (normalizer.micro_batches * learner.collective.size)
+    if aux_loss is not None:
+        loss = loss + router_loss_share(aux_coef, aux_loss, normalizer.micro_batches, learner.collective.size)
         variants = {**variants, "router/aux_loss": aux_loss.item() * mask.sum().item()}  # a mean per loss token
     kept = kept_tokens = 0.0
     if algo.adaptive_entropy.enabled:  # what the controller measures: the bonus's tokens, under these weights

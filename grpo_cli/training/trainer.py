@@ -16,7 +16,7 @@ import torch
 from transformers import TrainerState
 
 from grpo_cli.config.env_checks import check_tools_fit
-from grpo_cli.config.schema import TrainConfig
+from grpo_cli.config.schema import PrecisionConfig, TrainConfig
 from grpo_cli.config.train_checks import validate
 from grpo_cli.core.advantages import group_advantages
 from grpo_cli.core.clip import AdaptiveClip
@@ -139,14 +139,19 @@ class GRPOTrainer:
         self.refill = (
             DynamicSampler(cfg, *sampling, self.tokenizer.pad_token_id) if cfg.algo.dynamic_sampling.enabled else None
         )
-        # the update's passes, fitted to this model once: its layout (and why) and the router's loss
+        self.build_learner(reference, precision)
+        self.build_step_state()
+        self.step_index, self.history = self.checkpoints.start(self.resumed_from, self.learner, self.state)
+
+    def build_learner(self, reference: torch.nn.Module | None, precision: PrecisionConfig) -> None:
+        """The update's moving parts, its passes fitted to this model once: the layout (and why, a
+        start-up line) and the router loss's coefficient (training.layout)."""
+        cfg = self.cfg
         router_aux = router_aux_coefficient(cfg.algo.router_aux_loss_coef, self.model)
         layout, self.diagnostics["train_layout"] = training_layout(cfg.train.layout, self.model, router_aux)
         self.learner, self.update_settings, self.lr = build_learner(
             self.model, reference, cfg, precision, self.world, self.device, layout, router_aux
         )
-        self.build_step_state()
-        self.step_index, self.history = self.checkpoints.start(self.resumed_from, self.learner, self.state)
 
     def build_step_state(self) -> None:
         """What every step reads and a checkpoint carries beside the weights: the adaptive clip and
