@@ -31,7 +31,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from grpo_cli.config.schema import LoraConfig, ModelConfig, RolloutConfig
 from grpo_cli.core.logprobs import packed_unsupported, rows_logprobs
 from grpo_cli.errors import GrpoError
-from grpo_cli.models import add_lora, is_peft, load_policy
+from grpo_cli.lora import add_lora
+from grpo_cli.models import is_peft, load_policy
 from grpo_cli.reload_check import prompt_logits, verify
 from grpo_cli.rollout.base import Rollout, finish_rollout
 from grpo_cli.rollout.engine import make_generator

@@ -12,8 +12,9 @@ from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
 from grpo_cli.config.schema import LoraConfig, ModelConfig
 from grpo_cli.core.packing import packing_unsupported
 from grpo_cli.errors import GrpoError
+from grpo_cli.lora import all_linear, peft_target_modules
 from grpo_cli.model_source import model_directory
-from grpo_cli.models import adapter_base, all_linear, is_adapter_dir, peft_target_modules, tiny_model_config
+from grpo_cli.models import adapter_base, is_adapter_dir, tiny_model_config
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ from grpo_cli.config.schema import (
     VllmConfig,
 )
 from grpo_cli.errors import GrpoError
-from grpo_cli.models import add_lora, build_tiny_model
+from grpo_cli.lora import add_lora
+from grpo_cli.models import build_tiny_model
 from grpo_cli.rollout import FastGenerator, HFGenerator, VLLMGenerator, make_generator
 from grpo_cli.rollout.base import finish_rollout
 from grpo_cli.rollout.vllm import VLLM_MISSING, engine_kwargs, request_seeds, sampling_params_kwargs

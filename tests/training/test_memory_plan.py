@@ -12,7 +12,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from grpo_cli.config.schema import EnvConfig, TrainConfig
-from grpo_cli.models import add_lora
+from grpo_cli.lora import add_lora
 from grpo_cli.training.memory_plan import MemoryPlan, Part, free_memory, plan_memory
 from tests.conftest import run_grpo
 

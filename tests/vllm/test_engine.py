@@ -18,7 +18,8 @@ from transformers import AutoModelForCausalLM
 from grpo_cli.config.schema import LoraConfig, RolloutConfig, TrainConfig, VllmConfig
 from grpo_cli.core.logprobs import rows_logprobs
 from grpo_cli.core.objective import engine_gap_sum
-from grpo_cli.models import add_lora, build_tiny_model, load_tokenizer
+from grpo_cli.lora import add_lora
+from grpo_cli.models import build_tiny_model, load_tokenizer
 from grpo_cli.rollout import Rollout, VLLMGenerator, make_generator
 from grpo_cli.training import GRPOTrainer
 from tests.conftest import Recorder

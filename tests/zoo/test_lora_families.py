@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM
 
 from grpo_cli.config.schema import LoraConfig
 from grpo_cli.errors import GrpoError
-from grpo_cli.models import add_lora
+from grpo_cli.lora import add_lora
 from grpo_cli.training import GRPOTrainer
 from grpo_cli.training.model_shape import model_config, model_shape
 from grpo_cli.training.sharding import decoder_layers
