@@ -13,7 +13,7 @@ from grpo_cli.config.checks import (
     fail,
 )
 from grpo_cli.config.env_checks import validate_env
-from grpo_cli.config.generation_checks import validate_generation
+from grpo_cli.config.generation_checks import check_sampling_only, validate_generation
 from grpo_cli.config.schema import SPLITS, EvalConfig
 
 
@@ -23,6 +23,7 @@ def validate_eval(cfg: EvalConfig) -> None:
     against the file's group size once it is read."""
     if cfg.input is None:
         validate_generation(cfg.model, cfg.data, cfg.rollout)
+        check_sampling_only(cfg.rollout)
         validate_env(cfg.env)
         check_choice("split", cfg.split, SPLITS)
         check_choice("precision.dtype", cfg.precision.dtype, CHOICES["precision.dtype"])

@@ -122,6 +122,16 @@ def _check_sampling(rollout: RolloutConfig) -> None:
         fail("rollout.repetition_penalty", rollout.repetition_penalty, "must be > 0 (1: off)")
 
 
+def check_sampling_only(rollout: RolloutConfig) -> None:
+    """`grpo rollout` and `grpo eval` share train's rollout section; what only training does is refused."""
+    if rollout.max_staleness != 0:
+        fail(
+            "rollout.max_staleness",
+            rollout.max_staleness,
+            "is grpo train's (a sampler running ahead of the update): nothing trains here, leave it 0",
+        )
+
+
 def check_generation_kwargs(rollout: RolloutConfig) -> None:
     """Refuse a rollout.generation_kwargs key that a rollout.* key or the loop sets; every rollout
     loop calls it too, for a library caller who skipped validate()."""

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from grpo_cli.config.checks import check_at_least_one, check_choice, check_split_selects, check_threads, fail
 from grpo_cli.config.env_checks import validate_env
-from grpo_cli.config.generation_checks import validate_generation
+from grpo_cli.config.generation_checks import check_sampling_only, validate_generation
 from grpo_cli.config.schema import CONSOLES, SPLITS, RolloutRunConfig
 
 
 def validate_rollout(cfg: RolloutRunConfig) -> None:
     """`grpo rollout`: one group of one is a valid rollouts file (eval-style sampling), so G >= 1."""
     validate_generation(cfg.model, cfg.data, cfg.rollout)
+    check_sampling_only(cfg.rollout)
     validate_env(cfg.env)
     check_choice("split", cfg.split, SPLITS)
     check_choice("console", cfg.console, CONSOLES)

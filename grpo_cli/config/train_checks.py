@@ -59,6 +59,7 @@ def validate(cfg: TrainConfig) -> list[str]:
         )
     _check_objective(cfg)
     validate_generation(cfg.model, cfg.data, cfg.rollout)
+    _check_async(cfg)
     validate_env(cfg.env)
     _check_optim(cfg.optim)
     _check_adaptive_clip(cfg)
@@ -109,6 +110,27 @@ def _check_counts(cfg: TrainConfig) -> None:
         if getattr(cfg.train, key) < 0:
             fail(f"train.{key}", getattr(cfg.train, key), "must be >= 0 (every N steps; 0: never)")
     check_threads("train.threads", cfg.train.threads)
+
+
+def _check_async(cfg: TrainConfig) -> None:
+    """rollout.max_staleness: what the pipelined sampler cannot do, refused naming the conflict."""
+    k = cfg.rollout.max_staleness
+    if k < 0:
+        fail("rollout.max_staleness", k, "must be >= 0 (0: synchronous; k: the sampler runs up to k steps ahead)")
+    if k > 0 and cfg.algo.dynamic_sampling.enabled:
+        fail(
+            "rollout.max_staleness",
+            k,
+            "with algo.dynamic_sampling: its refill rounds sample and score with the step's own policy until the "
+            "groups carry a signal, which a sampler running ahead cannot do; set one of them off",
+        )
+    if k > 0 and cfg.rollout.backend == "vllm" and cfg.train.eval_every > 0:
+        fail(
+            "rollout.max_staleness",
+            k,
+            "with rollout.backend=vllm and train.eval_every: the engine holds the sampler's older weights, and "
+            "evaluating them would not score the trained policy; set train.eval_every=0 (grpo eval on a checkpoint)",
+        )
 
 
 def _check_distributed(distributed: DistributedConfig) -> None:

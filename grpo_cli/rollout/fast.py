@@ -69,7 +69,7 @@ def settings_unsupported(cfg: RolloutConfig) -> str | None:
     return None
 
 
-def sample_categorical(probs: torch.Tensor) -> torch.Tensor:
+def sample_categorical(probs: torch.Tensor, stream: torch.Generator | None = None) -> torch.Tensor:
     """One draw per row from `probs` [rows, V] by inverting the cumulative distribution: one uniform
     number per row, where `torch.multinomial` costs 8x more at 259 tokens on CPU and 2x at 150k.
 
@@ -82,10 +82,10 @@ def sample_categorical(probs: torch.Tensor) -> torch.Tensor:
     [1, 2]
     """
     if probs.device.type == "mps":  # no float64 there: the draw is cheap next to the forward anyway
-        return sample_categorical(probs.cpu()).to(probs.device)
+        return sample_categorical(probs.cpu(), stream).to(probs.device)
     cdf = probs.cumsum(-1, dtype=torch.float64)
     total = cdf[:, -1:]
-    target = torch.rand(probs.size(0), 1, dtype=torch.float64, device=cdf.device) * total
+    target = torch.rand(probs.size(0), 1, dtype=torch.float64, device=cdf.device, generator=stream) * total
     # u * total may round up to total: below it, the draw lands on a token with mass, never a cut one
     target = torch.minimum(target, torch.nextafter(total, torch.zeros_like(total)))
     return torch.searchsorted(cdf, target, right=True).squeeze(1)
@@ -204,6 +204,7 @@ class FastGenerator:
         cfg: RolloutConfig,
         sampling_copy: SamplingCopy | None = None,
         row_operation: str = ROW_OPERATIONS[0],
+        seeded_per_step: bool = False,
     ) -> None:
         reason = settings_unsupported(cfg)
         if reason is not None:  # a library caller's FastGenerator: make_generator already chose generate
@@ -221,6 +222,10 @@ class FastGenerator:
         self.cache_argument = cache_argument(model)
         self.row_operation = row_operation  # the cache method that repeats and drops rows (probe_rows chose it)
         self.on_token: TokenProgress | None = None  # told after each token (Generator)
+        # seeded_per_step: draws from a stream of its own, seeded by set_step_seed (the asynchronous
+        # sampler's thread, which must neither race the trainer's stream nor depend on when it runs);
+        # else from torch's, which the trainer carries (RngState)
+        self.stream = torch.Generator(device=model.device).manual_seed(0) if seeded_per_step else None
 
     def weights_updated(self) -> None:
         """The bf16 copy, when sampling from one, takes the updated weights; else nothing to refresh."""
@@ -228,7 +233,10 @@ class FastGenerator:
             self.copy.refresh()
 
     def set_step_seed(self, seed: int) -> None:
-        """Nothing to seed: this loop draws from torch's stream, which the trainer carries (Generator)."""
+        """Seeds this loop's own stream where it has one; else nothing to seed: it draws from torch's
+        stream, which the trainer carries (Generator)."""
+        if self.stream is not None:
+            self.stream.manual_seed(seed)
 
     def close(self) -> None:
         """Nothing held beyond the policy module (Generator)."""
@@ -271,7 +279,7 @@ class FastGenerator:
                 f"batch, generation {row % g + 1} of {g}); {int(broken.sum())} of {rows.numel()} rows: the model's "
                 "logits are NaN or +inf, i.e. its weights or activations diverged (a lower optim.lr, or precision=fp32)"
             )
-        return scores.argmax(-1) if greedy else sample_categorical(scores)
+        return scores.argmax(-1) if greedy else sample_categorical(scores, self.stream)
 
     def _prefill(
         self, net: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, g: int

@@ -71,14 +71,16 @@ def copy_decision(setting: str, loop: str, fp32: bool, device: torch.device, par
 
 
 class SamplingCopy:
-    """The policy's parameters cast to bf16 in a module of their own; refreshed from the trained
-    parameters only (frozen ones, a LoRA run's base, never change)."""
+    """The policy's parameters cast to `dtype` (bf16; the asynchronous sampler's copy keeps the
+    policy's own) in a module of their own; refreshed from the trained parameters only (frozen ones, a
+    LoRA run's base, never change)."""
 
-    def __init__(self, policy: torch.nn.Module) -> None:
+    def __init__(self, policy: torch.nn.Module, dtype: torch.dtype | None = torch.bfloat16) -> None:
         self.module = copy.deepcopy(policy)
         for parameter in self.module.parameters():
             parameter.requires_grad_(False)
-            parameter.data = parameter.data.to(torch.bfloat16)
+            if dtype is not None:
+                parameter.data = parameter.data.to(dtype)
         self.pairs = [
             (mine, theirs)
             for mine, theirs in zip(self.module.parameters(), policy.parameters(), strict=True)

@@ -36,7 +36,9 @@ class StepAlerts:
             alerts.append(repetition)
         if hacking := self.hacking.observe(metrics["reward/raw_mean"], metrics[f"reward/{self.success_name}/mean"]):
             alerts.append(hacking)
-        if gap := engine_gap_alert(metrics.get("rollout/engine_gap"), self.engine_gap_alert, self.sampling_copy):
+        # rollout.max_staleness: a stale batch's gap is the policy's own movement since, not the engine's numerics
+        gap = metrics.get("rollout/engine_gap") if metrics.get("async/staleness", 0.0) == 0 else None
+        if gap := engine_gap_alert(gap, self.engine_gap_alert, self.sampling_copy):
             alerts.append(gap)
         return alerts
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,7 +10,7 @@ from typing import Any
 
 import torch
 
-from grpo_cli.config.schema import DataConfig, EnvConfig, ModelConfig, RolloutConfig, SandboxConfig
+from grpo_cli.config.schema import DataConfig, EnvConfig, ModelConfig, RolloutConfig, SandboxConfig, TrainConfig
 from grpo_cli.data import split_examples
 from grpo_cli.environments import longest_prompt
 from grpo_cli.errors import GrpoError
@@ -20,7 +21,10 @@ from grpo_cli.rewards.scoring import with_environment_columns
 from grpo_cli.rewards.trl_style import multi_turn_columns
 from grpo_cli.rollout import Generator, Rollout, make_generator
 from grpo_cli.rollout.episodes import EpisodeGenerator, with_environment
+from grpo_cli.rollout.fast import FastGenerator
 from grpo_cli.rollout.prompts import PromptBudget, PromptEncoder, context_length, fit_prompts
+from grpo_cli.rollout.sampling_copy import SamplingCopy, sampling_weights_choice
+from grpo_cli.rollout.vllm import VLLMGenerator
 
 
 def select_split(examples: list[dict[str, Any]], split: str, data: DataConfig) -> list[dict[str, Any]]:
@@ -85,6 +89,51 @@ def fit_to_model(
     (data.on_long_prompt decides the rest): train, rollout and eval cut prompts the same way."""
     limits = data.max_prompt_tokens, rollout.max_new_tokens, context_length(policy)
     return fit_prompts(splits, encoder, *limits, data.on_long_prompt)
+
+
+@dataclass
+class SamplerSide:
+    """What the asynchronous sampler's thread samples with (rollout.max_staleness >= 1): nothing it
+    shares with the learner's thread but the frozen weights of a LoRA run's base."""
+
+    generator: Generator  # its own loop (and environment), on weights of its own
+    encoder: PromptEncoder  # its own tokenizer: a fast tokenizer is not safe to share between threads
+    refresh: Callable[[], None]  # its weights take the policy's: called while the sampler waits
+    weights: str  # which weights sample, for the start-up log
+    bf16: bool  # they are a bf16 copy (monitor.copy_gap_alert applies)
+
+
+def async_sampler(
+    policy: torch.nn.Module, tokenizer: Any, loop: Generator, cfg: TrainConfig, context: int | None
+) -> SamplerSide:
+    """The sampler of `rollout.max_staleness` >= 1, from the loop make_generator picked. The hf backend
+    decodes a copy of the policy (bf16 where rollout.sampling_weights takes one, else the policy's
+    dtype), refreshed at each hand-off; vLLM's engine holds weights of its own and gets them pushed
+    at the hand-off. Either reports the log-probs of what it sampled (Rollout.engine_logps): the
+    behaviour policy the rollout correction weighs stale tokens against."""
+    tokenizer = copy.deepcopy(tokenizer)
+    encoder = PromptEncoder(tokenizer, cfg.data.max_prompt_tokens, policy.device, cfg.data.chat_template_kwargs)
+    if isinstance(loop, VLLMGenerator):
+        engine = loop
+
+        def push() -> None:
+            engine.weights_updated()
+            engine.sync.sync()  # now, while the sampler waits: later the learner is moving the weights
+
+        refresh, generator, bf16, words = push, loop, False, "the vLLM engine's"
+    elif isinstance(loop, FastGenerator):
+        bf16, words = sampling_weights_choice(policy, cfg.rollout, "fast")
+        weights = SamplingCopy(policy, torch.bfloat16 if bf16 else None)
+        generator = FastGenerator(policy, tokenizer, cfg.rollout, weights, loop.row_operation, seeded_per_step=True)
+        refresh, words = weights.refresh, (words if bf16 else "a copy of the policy's weights (the sampler's own)")
+    else:
+        raise GrpoError(
+            f"rollout.max_staleness={cfg.rollout.max_staleness} needs the log-probs the sampler drew its tokens "
+            "with (the fast loop and vLLM report them), and this run samples with transformers' generate: use "
+            "rollout.loop=fast (the start-up line says why it was not chosen) or rollout.max_staleness=0"
+        )
+    generator, _ = with_environment(generator, encoder, tokenizer, cfg.env, cfg.sandbox, cfg.rollout, context)
+    return SamplerSide(generator, encoder, refresh, words, bf16)
 
 
 @torch.no_grad()

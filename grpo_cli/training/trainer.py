@@ -8,6 +8,7 @@ with their state registered in TrainState; observers only watch.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ from grpo_cli.rollout.episodes import with_environment
 from grpo_cli.rollout.prompts import PromptEncoder, context_length
 from grpo_cli.stats import nanmean
 from grpo_cli.training.alerts import StepAlerts
+from grpo_cli.training.async_pipeline import AsyncRollouts, SampledBatch, split_cores
 from grpo_cli.training.checkpointing import Policy, RunCheckpoints
 from grpo_cli.training.curriculum import RewardCurriculum
 from grpo_cli.training.distributed import World, check_divisible
@@ -56,7 +58,13 @@ from grpo_cli.training.interrupt import DeferredInterrupt, Interrupted
 from grpo_cli.training.layout import router_aux_coefficient, training_layout
 from grpo_cli.training.learner import build_learner
 from grpo_cli.training.metrics import environment_alert, step_metrics, step_samples, unanswered_turns_alert
-from grpo_cli.training.pipeline import evaluate_greedy, fit_to_model, generate_groups, score_rollout
+from grpo_cli.training.pipeline import (
+    async_sampler,
+    evaluate_greedy,
+    fit_to_model,
+    generate_groups,
+    score_rollout,
+)
 from grpo_cli.training.sharding import gather_into, training_state_bytes
 from grpo_cli.training.state import RngState, TrainState, seed_everything
 
@@ -134,6 +142,7 @@ class GRPOTrainer:
         skipped = len(train_examples) - len(self.train_examples)  # data.on_long_prompt=skip may leave too few
         check_prompts_per_step(cfg.train.prompts_per_step, len(self.train_examples), len(eval_examples), skipped)
         self.sampler = PromptSampler(self.train_examples, cfg.train.seed)
+        self.rollouts = self.build_async_rollouts() if cfg.rollout.max_staleness > 0 else None
         sampling = self.sampler, self.encoder, self.generator, self.reward_executor, self.reward_fusion, self.world
         # algo.dynamic_sampling (DAPO): more draws from the same sampler while a step's groups are constant
         self.refill = (
@@ -162,7 +171,9 @@ class GRPOTrainer:
         self.guard = StabilityGuard(cfg.guard)
         self.halt: GuardVerdict | None = None  # a guard's pause or stop, carried out once the step is saved
         self.phase_announced = False  # the first step this process runs names the curriculum phase
-        parts = {"rng": RngState(), "sampler": self.sampler, "fusion": self.reward_fusion, "guard": self.guard}
+        # rollout.max_staleness: the pipeline saves the prompts' state as of the learner's step, not the sampler's
+        prompts = self.rollouts if self.rollouts is not None else self.sampler
+        parts = {"rng": RngState(), "sampler": prompts, "fusion": self.reward_fusion, "guard": self.guard}
         if self.entropy.enabled:  # only then: a checkpoint from before it existed resumes as it was
             parts["entropy"] = self.entropy
         for name, part in {**parts, "clip": self.clip}.items():
@@ -175,9 +186,14 @@ class GRPOTrainer:
         cfg = self.cfg
         longest = longest_prompt(cfg.data.max_prompt_tokens, cfg.env, cfg.rollout.max_new_tokens)  # vLLM's context
         generator, self.diagnostics["rollout_loop"] = make_generator(self.model, self.tokenizer, cfg.rollout, longest)
-        generator, self.samples_from_copy, weights = with_sampling_weights(
-            generator, self.model, self.tokenizer, cfg.rollout
-        )
+        self.sampler_side = None  # rollout.max_staleness: the sampler's thread samples with its own weights
+        if cfg.rollout.max_staleness > 0:
+            self.sampler_side = async_sampler(self.model, self.tokenizer, generator, cfg, context_length(self.model))
+            self.samples_from_copy, weights = self.sampler_side.bf16, self.sampler_side.weights
+        else:
+            generator, self.samples_from_copy, weights = with_sampling_weights(
+                generator, self.model, self.tokenizer, cfg.rollout
+            )
         if weights is not None:
             self.diagnostics["sampling_weights"] = weights
         generator.on_token = lambda done, total: self.report_stage(self.sampling_stage, done, total)
@@ -189,6 +205,27 @@ class GRPOTrainer:
         )
         if environment is not None:
             self.diagnostics["environment"] = environment
+
+    def build_async_rollouts(self) -> AsyncRollouts:
+        """rollout.max_staleness >= 1: a sampler of its own (weights, tokenizer, encoder, environment)
+        in a thread of its own, `k` policy versions behind the update (training/async_pipeline.py)."""
+        cfg, world, g, side = self.cfg, self.world, self.cfg.rollout.num_generations, self.sampler_side
+        assert side is not None  # build_sampling made it: rollout.max_staleness > 0
+
+        def sample(step: int, examples: list[dict[str, Any]]) -> Rollout:
+            side.generator.set_step_seed(world.sampling_seed(cfg.train.seed, step))  # its own stream, per batch
+            return generate_groups(world.share(examples), side.encoder, side.generator, g)
+
+        pinned = self.device.type == "cpu" and hasattr(os, "sched_getaffinity")
+        cores = sorted(os.sched_getaffinity(0)) if pinned else []
+        split = split_cores(cores) if len(cores) >= 2 else None
+        if split is not None and cfg.train.threads == 0:  # each side its half; train.threads set is kept as set
+            torch.set_num_threads(len(split[0]))
+        k = cfg.rollout.max_staleness
+        rollouts = AsyncRollouts(sample, side.refresh, self.sampler, cfg.train.prompts_per_step, k, split)
+        where = f"; learner on cores {sorted(split[0])}, sampler on {sorted(split[1])}" if split is not None else ""
+        self.diagnostics["async"] = f"rollout.max_staleness={k}: batch j sampled by the policy of step j-{k}{where}"
+        return rollouts
 
     def log_training_state(self) -> None:
         """This process's tensor bytes of trained weights, gradients and optimizer state: what
@@ -212,19 +249,26 @@ class GRPOTrainer:
         t0 = time.perf_counter()
         if world.size > 1:
             torch.manual_seed(world.sampling_seed(cfg.train.seed, self.step_index))
-        self.generator.set_step_seed(world.sampling_seed(cfg.train.seed, self.step_index))  # vLLM: per request
+        if self.rollouts is None:  # the asynchronous sampler seeds its own batches
+            self.generator.set_step_seed(world.sampling_seed(cfg.train.seed, self.step_index))  # vLLM: per request
         self.trainer_state.global_step = self.step_index  # optimizer steps taken, as TRL's rewards see it
         self.trainer_state.epoch = self.step_index * cfg.train.prompts_per_step / len(self.train_examples)
         self.report_stage("sampling", 0, 0)  # the fast loop then counts its tokens (Generator.on_token)
+        if self.rollouts is not None:  # rollout.max_staleness: sampled ahead, in the sampler's thread
+            sampled = self.rollouts.take(self.step_index)
+            return self.learn(sampled.examples, sampled.rollout, t0, sampled)
         if self.refill is not None:  # algo.dynamic_sampling: rounds until the groups carry a signal
             return self.train_on(self.refill.fill(self.curriculum.weights(self.step_index)), t0)
         batch = self.sampler.next_batch(cfg.train.prompts_per_step)  # the global batch: the same in every process
         rollout = generate_groups(world.share(batch), self.encoder, self.generator, g)  # this process's prompts
         return self.learn(batch, rollout, t0)
 
-    def learn(self, batch: list[dict[str, Any]], rollout: Rollout, started: float) -> StepResult:
+    def learn(
+        self, batch: list[dict[str, Any]], rollout: Rollout, started: float, sampled: SampledBatch | None = None
+    ) -> StepResult:
         """Score, advantages, update and the step's figures, for this process's `rollout` of its
-        share of `batch` (the step's global prompts); `started` is when the step began."""
+        share of `batch` (the step's global prompts); `started` is when the step began. `sampled`:
+        the asynchronous sampler's batch (its staleness and generation time)."""
         t_gen = time.perf_counter()
         weights = self.curriculum.weights(self.step_index)  # curriculum: by progress through train.steps
         combine = self.world.gather_scores if self.world.size > 1 else None  # fuse the global batch's scores
@@ -232,7 +276,11 @@ class GRPOTrainer:
         self.report_stage("scoring", 0, 0)
         fusion = score_rollout(examples, rollout, self.reward_executor, self.reward_fusion, weights, combine=combine)
         timings = {"generate": t_gen - started, "score": time.perf_counter() - t_gen}
-        return self.train_on(ScoredBatch(batch, rollout, fusion, timings), started)
+        metrics = {}
+        if sampled is not None:  # generation ran beside the last update: its own time, and the learner's wait
+            timings |= {"generate": sampled.generate_s, "wait": t_gen - started}
+            metrics = {"async/staleness": float(sampled.staleness()), "async/version": float(sampled.version)}
+        return self.train_on(ScoredBatch(batch, rollout, fusion, timings, metrics=metrics), started)
 
     def train_on(self, scored: ScoredBatch, started: float) -> StepResult:
         """Advantages, update and the step's figures for a scored batch; `started`: when the step began."""
@@ -270,7 +318,10 @@ class GRPOTrainer:
                 gather_into(self.learner.model, self.model)
             if not self.state_logged:  # the first update of this process: the optimizer state now exists
                 self.log_training_state()
-            self.generator.weights_updated()  # a generator with its own copy of the weights (vLLM) refreshes it
+            if self.rollouts is None:
+                self.generator.weights_updated()  # a generator with its own copy of the weights (vLLM) refreshes it
+        if self.rollouts is not None:  # the sampler takes this version once done with the last batch of the previous
+            self.rollouts.publish(self.step_index + 1)
         trim_kept_memory()  # train.cpu_heap=auto: kept memory past its bound goes back (cpu_heap)
         t_train = time.perf_counter()
         self.interrupts.arm()  # even when every update was skipped: the step's outcome is final now
@@ -286,6 +337,8 @@ class GRPOTrainer:
         if self.entropy.enabled:  # the coefficient after this step's updates (TRL's entropy_coef)
             metrics["entropy/coef"] = self.entropy.coef
         metrics.update(self.guard.metrics(raw))
+        if self.rollouts is not None:
+            metrics.update(self.rollouts.idle_shares(timings["step"]))
         samples = step_samples(batch, rollout, fusion, advantages.tolist(), 2 * g)
         alerts = scored.alerts + self.alerts.observe(fusion, verdicts, metrics)
         env_alerts = [environment_alert(rollout), unanswered_turns_alert(rollout, cfg.env.max_turns)]
@@ -367,6 +420,8 @@ class GRPOTrainer:
 
     def cleanup(self) -> None:
         """Free the models so the next job of a multirun starts from an empty process."""
+        if hasattr(self, "rollouts") and self.rollouts is not None:
+            self.rollouts.close()  # the sampler's thread first: it may be using the generator
         if hasattr(self, "reward_executor"):
             self.reward_executor.close()  # worker processes end with the job, not the interpreter
         if hasattr(self, "generator"):

@@ -50,6 +50,11 @@ class RolloutConfig:
     # else the policy | policy | bf16 (insist). The copy is refreshed after each update and its log-probs
     # feed algo.rollout_correction and rollout/engine_gap, as vLLM's; greedy evaluation samples the policy
     sampling_weights: str = "auto"
+    # grpo train: how many policy versions the sampler may run ahead of the update (docs/scaling.md#asynchronous-
+    # rollouts). 0: the synchronous loop (sample, then train). k >= 1: a sampler thread (vLLM: the engine) samples
+    # batch j with the policy of step j - k while the learner trains, on its own weights and half the CPU cores;
+    # algo.rollout_correction weighs each stale token by pi_policy / pi_sampler
+    max_staleness: int = 0
     vllm: VllmConfig = field(default_factory=VllmConfig)
 
 

@@ -1,0 +1,217 @@
+"""`rollout.max_staleness` = k >= 1: the sampler runs in a thread of its own, up to k policy versions
+ahead of the update, so generation and training overlap (docs/scaling.md#asynchronous-rollouts).
+
+The lag is fixed, not "at most": batch j is sampled by the weights of version max(s0, j − k), where
+version v is the policy after v training steps and s0 the step the run (or its resume) started at.
+So every batch's staleness is known before it is sampled, a run is reproducible and a resume replays
+the straight run's prompts, and the bound cannot be exceeded by a slow learner or a fast sampler:
+whichever side is ahead waits (the idle shares below say who). verl's one-step-off pipeline and
+prime-rl's `async_level` keep the same fixed lag.
+
+The hand-off, per training step s (the learner's thread):
+1. `take(s)`: batch s, waiting for it if the sampler is behind (learner idle);
+2. scoring, advantages, the update (the trainer, unchanged);
+3. `publish(s + 1)`: once the sampler has finished batch s + k (the last one version s samples),
+   the sampler's weights take version s + 1 (`refresh`, called here while the sampler waits), and
+   batch s + 1 + k is ordered: its prompts drawn from the one PromptSampler, on this thread.
+The sampler's thread only samples: it never reads the live policy, draws from a stream seeded per
+batch (`World.sampling_seed`), and holds its own tokenizer and weights. Scoring, the fusion's state,
+the curriculum and every collective stay on the learner's thread, in step order.
+
+State: this object stands in the TrainState for the PromptSampler (the same two integers), saved as
+of the learner's step, not the sampler's: a resume draws the batches after the checkpoint's step
+again, sampled by the checkpoint's weights (their staleness restarts at 0, then climbs to k).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from grpo_cli.data import PromptSampler
+from grpo_cli.rollout import Rollout
+
+POLL_S = 0.05  # how often a wait looks for the other side's failure (and lets Ctrl-C through)
+
+
+@dataclass
+class SampledBatch:
+    """One step's rollout, as the sampler hands it over."""
+
+    step: int  # the training step it is for
+    examples: list[dict[str, Any]]  # the step's global prompts (every process draws the same)
+    rollout: Rollout  # this process's share, sampled
+    version: int  # the policy version that sampled it: the training steps its weights had taken
+    generate_s: float  # seconds the sampler spent on it
+
+    def staleness(self) -> int:
+        """Policy versions between the weights that sampled this batch and the ones it trains."""
+        return self.step - self.version
+
+
+def split_cores(cores: list[int]) -> tuple[set[int], set[int]]:
+    """(learner's, sampler's) cores: two disjoint halves of this process's, the learner's the first;
+    one core is shared by both. So sampling and training overlap on a CPU as on two devices."""
+    half = max(1, len(cores) // 2)
+    learner, sampler = set(cores[:half]), set(cores[half:]) or set(cores[:half])
+    return learner, sampler
+
+
+class AsyncRollouts:
+    """The sampler's thread and its hand-off with the learner (module docstring).
+
+    `sample(step, examples)` is the sampler's whole job for one batch (runs on its thread);
+    `refresh()` gives the sampler's weights the policy's (runs on the learner's thread while the
+    sampler waits); `cores`, when given, pins each side to its half (CPU)."""
+
+    def __init__(
+        self,
+        sample: Callable[[int, list[dict[str, Any]]], Rollout],
+        refresh: Callable[[], None],
+        prompts: PromptSampler,
+        prompts_per_step: int,
+        max_staleness: int,
+        cores: tuple[set[int], set[int]] | None = None,
+    ) -> None:
+        self.sample = sample
+        self.refresh = refresh
+        self.prompts = prompts
+        self.prompts_per_step = prompts_per_step
+        self.k = max_staleness
+        self.cores = cores
+        self.changed = threading.Condition()  # guards everything below; notified on every change
+        self.thread: threading.Thread | None = None
+        self.position = 0  # the learner's step: the state a checkpoint saves is the prompts' before it
+        self.drawn_before: dict[int, dict[str, int]] = {}  # step -> the PromptSampler's state before its draw
+        self.orders: dict[int, list[dict[str, Any]]] = {}  # ordered batches not yet sampled
+        self.ready: dict[int, SampledBatch] = {}  # sampled batches not yet taken
+        self.version = 0  # the sampler's weights' version
+        self.sampled_through = -1  # the last batch the sampler finished
+        self.failure: BaseException | None = None  # the sampler's, raised on the learner's thread
+        self.stopping = False
+        self.sampler_idle_s = 0.0  # the sampler's waiting since the learner last asked
+        self.learner_idle_s = 0.0  # the learner's waiting in this step
+        self.learner_cores: set[int] | None = None  # the learner thread's affinity before pinning
+
+    # ---- the learner's side ----------------------------------------------------------------
+    def start(self, step: int) -> None:
+        """Batches step .. step + k ordered, all for the weights as they are now (version `step`)."""
+        self.position = self.version = step
+        self.sampled_through = step - 1
+        self.stopping, self.failure = False, None
+        self.orders.clear()
+        self.ready.clear()
+        self.drawn_before.clear()
+        for j in range(step, step + self.k + 1):
+            self._order(j)
+        if self.cores is not None and hasattr(os, "sched_setaffinity"):
+            self.learner_cores = os.sched_getaffinity(0)
+            os.sched_setaffinity(0, self.cores[0])  # this thread only (Linux: 0 is the calling thread)
+        self.thread = threading.Thread(target=self._run, args=(step,), name="grpo-sampler", daemon=True)
+        self.thread.start()
+
+    def take(self, step: int) -> SampledBatch:
+        """Batch `step`, once sampled; the sampler's failure, if it failed, is raised here."""
+        if self.thread is None:
+            self.start(step)
+        self.learner_idle_s = 0.0
+        with self.changed:
+            waited = self._wait(lambda: step in self.ready)
+            self.learner_idle_s += waited
+            return self.ready.pop(step)
+
+    def publish(self, version: int) -> None:
+        """The policy now has `version` (steps trained): the sampler's weights take it once the last
+        batch of the previous version is sampled, and the batch `version + k` is ordered."""
+        with self.changed:
+            self.learner_idle_s += self._wait(lambda: self.sampled_through >= version - 1 + self.k)
+            self.refresh()
+            self.version = version
+            self.position = version
+            self._order(version + self.k)
+            self.changed.notify_all()
+
+    def idle_shares(self, step_s: float) -> dict[str, float]:
+        """The share of the step's wall time each side waited for the other (`async/*`); the
+        sampler's count restarts."""
+        with self.changed:
+            sampler_idle, self.sampler_idle_s = self.sampler_idle_s, 0.0
+        span = max(step_s, 1e-9)
+        learner = min(self.learner_idle_s / span, 1.0)
+        return {"async/learner_idle": learner, "async/sampler_idle": min(sampler_idle / span, 1.0)}
+
+    def close(self) -> None:
+        """Stop the sampler after its current batch, and give the learner's thread its cores back."""
+        thread, self.thread = self.thread, None
+        if thread is not None:
+            with self.changed:
+                self.stopping = True
+                self.changed.notify_all()
+            thread.join()
+        if self.learner_cores is not None:
+            os.sched_setaffinity(0, self.learner_cores)
+            self.learner_cores = None
+
+    # ---- TrainState: the PromptSampler as of the learner's step -------------------------------
+    def state_dict(self) -> dict[str, int]:
+        with self.changed:
+            return dict(self.drawn_before.get(self.position) or self.prompts.state_dict())
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """A resume or a rollback: the prompts go back, and a running sampler stops (the next
+        `take` starts it again from that step)."""
+        self.close()
+        self.prompts.load_state_dict(state)
+        self.drawn_before.clear()
+
+    # ---- the sampler's side --------------------------------------------------------------
+    def _order(self, step: int) -> None:
+        self.drawn_before[step] = self.prompts.state_dict()
+        for old in [j for j in self.drawn_before if j < self.position]:
+            del self.drawn_before[old]
+        self.orders[step] = self.prompts.next_batch(self.prompts_per_step)
+
+    def _run(self, step: int) -> None:
+        if self.cores is not None and hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, self.cores[1])
+        try:
+            while True:
+                with self.changed:
+                    waited = self._wait(lambda j=step: self.stopping or j in self.orders, sampler=True)
+                    self.sampler_idle_s += waited
+                    if self.stopping:
+                        return
+                    examples, version = self.orders.pop(step), self.version
+                started = time.perf_counter()
+                with torch.no_grad():
+                    rollout = self.sample(step, examples)
+                batch = SampledBatch(step, examples, rollout, version, time.perf_counter() - started)
+                with self.changed:
+                    self.ready[step] = batch
+                    self.sampled_through = step
+                    self.changed.notify_all()
+                step += 1
+        except BaseException as err:  # noqa: BLE001 (re-raised on the learner's thread, whatever it is)
+            with self.changed:
+                self.failure = err
+                self.changed.notify_all()
+
+    def _wait(self, done: Callable[[], bool], sampler: bool = False) -> float:
+        """Wait (holding `changed`) until `done()`; the seconds waited. The learner's waits raise
+        the sampler's failure instead of waiting for a batch that will never come."""
+        started = time.perf_counter()
+        while not done():
+            if not sampler and self.failure is not None:
+                failure, self.failure = self.failure, None
+                self.thread = None
+                raise failure
+            if not sampler and (self.thread is None or not self.thread.is_alive()):
+                raise RuntimeError("the sampler's thread stopped without a batch or an error")
+            self.changed.wait(POLL_S)
+        return time.perf_counter() - started
