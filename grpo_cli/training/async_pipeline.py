@@ -68,7 +68,7 @@ class AsyncRollouts:
 
     `sample(step, examples)` is the sampler's whole job for one batch (runs on its thread);
     `refresh()` gives the sampler's weights the policy's (runs on the learner's thread while the
-    sampler waits); `cores`, when given, pins each side to its half (CPU)."""
+    sampler waits); `steps` is train.steps; `cores`, when given, pins each side to its half (CPU)."""
 
     def __init__(
         self,
@@ -77,6 +77,7 @@ class AsyncRollouts:
         prompts: PromptSampler,
         prompts_per_step: int,
         max_staleness: int,
+        steps: int,
         cores: tuple[set[int], set[int]] | None = None,
     ) -> None:
         self.sample = sample
@@ -84,6 +85,7 @@ class AsyncRollouts:
         self.prompts = prompts
         self.prompts_per_step = prompts_per_step
         self.k = max_staleness
+        self.steps = steps  # the run's length: no batch is ordered past its last step
         self.cores = cores
         self.changed = threading.Condition()  # guards everything below; notified on every change
         self.thread: threading.Thread | None = None
@@ -130,7 +132,8 @@ class AsyncRollouts:
         """The policy now has `version` (steps trained): the sampler's weights take it once the last
         batch of the previous version is sampled, and the batch `version + k` is ordered."""
         with self.changed:
-            self.learner_idle_s += self._wait(lambda: self.sampled_through >= version - 1 + self.k)
+            last = min(version - 1 + self.k, self.steps - 1)  # the last batch the previous version samples
+            self.learner_idle_s += self._wait(lambda: self.sampled_through >= last)
             self.refresh()
             self.version = version
             self.position = version
@@ -173,6 +176,8 @@ class AsyncRollouts:
     # ---- the sampler's side --------------------------------------------------------------
     def _order(self, step: int) -> None:
         self.drawn_before[step] = self.prompts.state_dict()
+        if step >= self.steps:  # past the run's end: nothing to sample, the state is kept for the save
+            return
         for old in [j for j in self.drawn_before if j < self.position]:
             del self.drawn_before[old]
         self.orders[step] = self.prompts.next_batch(self.prompts_per_step)

@@ -222,7 +222,8 @@ class GRPOTrainer:
         if split is not None and cfg.train.threads == 0:  # each side its half; train.threads set is kept as set
             torch.set_num_threads(len(split[0]))
         k = cfg.rollout.max_staleness
-        rollouts = AsyncRollouts(sample, side.refresh, self.sampler, cfg.train.prompts_per_step, k, split)
+        per_step = cfg.train.prompts_per_step
+        rollouts = AsyncRollouts(sample, side.refresh, self.sampler, per_step, k, cfg.train.steps, split)
         where = f"; learner on cores {sorted(split[0])}, sampler on {sorted(split[1])}" if split is not None else ""
         self.diagnostics["async"] = f"rollout.max_staleness={k}: batch j sampled by the policy of step j-{k}{where}"
         return rollouts
