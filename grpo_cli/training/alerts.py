@@ -25,6 +25,7 @@ class StepAlerts:
         self.sampling_copy = sampling_copy  # rollout.sampling_weights took a bf16 copy: its own threshold
         self.engine_gap_alert = monitor.copy_gap_alert if sampling_copy else monitor.engine_gap_alert
         self.repetition = RepetitionAlert(monitor.repetition_alert)
+        self.serial = SerialPipelineAlert()
         self.hacking = HackingAlert(success_name, monitor.hacking_alert, monitor.hacking_window)
         state.register("repetition", self.repetition)
         state.register("hacking", self.hacking)
@@ -40,7 +41,35 @@ class StepAlerts:
         gap = metrics.get("rollout/engine_gap") if metrics.get("async/staleness", 0.0) == 0 else None
         if gap := engine_gap_alert(gap, self.engine_gap_alert, self.sampling_copy):
             alerts.append(gap)
+        if "async/overlap" in metrics and (serial := self.serial.observe(metrics)):
+            alerts.append(serial)
         return alerts
+
+
+class SerialPipelineAlert:
+    """rollout.max_staleness >= 1 that runs one side after the other (the two threads taking turns on
+    one core or the GIL, an engine that blocks the trainer): over the last WINDOW steps, the sampler
+    sampled during under MIN_OVERLAP of the learner's work, although it was not short of work (idle
+    under half the time). The pipeline then costs staleness and buys no time."""
+
+    WINDOW = 5
+    MIN_OVERLAP = 0.1
+
+    def __init__(self) -> None:
+        self.recent: list[tuple[float, float]] = []  # (async/overlap, async/sampler_idle) of the last steps
+
+    def observe(self, metrics: dict[str, Any]) -> str | None:
+        self.recent = [*self.recent, (metrics["async/overlap"], metrics["async/sampler_idle"])][-self.WINDOW :]
+        overlap = sum(o for o, _ in self.recent) / len(self.recent)
+        idle = sum(i for _, i in self.recent) / len(self.recent)
+        if len(self.recent) < self.WINDOW or overlap >= self.MIN_OVERLAP or idle >= 0.5:
+            return None
+        return (
+            f"rollout.max_staleness: the sampler sampled during {overlap:.0%} of the learner's work over the last "
+            f"{self.WINDOW} steps (async/overlap) while busy {1 - idle:.0%} of the time: sampling and training run "
+            "one after the other, so staleness buys no time; give each side cores of its own (train.threads, "
+            "taskset) or set rollout.max_staleness=0"
+        )
 
 
 def engine_gap_alert(gap: float | None, threshold: float, sampling_copy: bool = False) -> str | None:

@@ -99,6 +99,10 @@ class AsyncRollouts:
         self.stopping = False
         self.sampler_idle_s = 0.0  # the sampler's waiting since the learner last asked
         self.learner_idle_s = 0.0  # the learner's waiting in this step
+        self.busy: list[tuple[float, float]] = []  # the sampler's (start, end) of each batch, recent ones
+        self.sampling_since: float | None = None  # the start of the batch it is sampling now
+        self.learning_since = 0.0  # when the learner got its batch
+        self.overlap = 0.0  # the share of the learner's last work during which the sampler sampled
         self.learner_cores: set[int] | None = None  # the learner thread's affinity before pinning
 
     # ---- the learner's side ----------------------------------------------------------------
@@ -126,12 +130,14 @@ class AsyncRollouts:
         with self.changed:
             waited = self._wait(lambda: step in self.ready)
             self.learner_idle_s += waited
+            self.learning_since = time.perf_counter()
             return self.ready.pop(step)
 
     def publish(self, version: int) -> None:
         """The policy now has `version` (steps trained): the sampler's weights take it once the last
         batch of the previous version is sampled, and the batch `version + k` is ordered."""
         with self.changed:
+            self.overlap = self._overlap(self.learning_since, time.perf_counter())
             last = min(version - 1 + self.k, self.steps - 1)  # the last batch the previous version samples
             self.learner_idle_s += self._wait(lambda: self.sampled_through >= last)
             self.refresh()
@@ -140,14 +146,26 @@ class AsyncRollouts:
             self._order(version + self.k)
             self.changed.notify_all()
 
-    def idle_shares(self, step_s: float) -> dict[str, float]:
-        """The share of the step's wall time each side waited for the other (`async/*`); the
-        sampler's count restarts."""
+    def step_figures(self, step_s: float) -> dict[str, float]:
+        """`async/*` of the step just trained (`step_s` its wall time): the share of it each side
+        waited for the other, and `overlap`, the share of the learner's own work (scoring, update)
+        during which the sampler was sampling: 1 when the two run side by side, 0 when one after the
+        other, whatever the idle shares say."""
         with self.changed:
             sampler_idle, self.sampler_idle_s = self.sampler_idle_s, 0.0
         span = max(step_s, 1e-9)
-        learner = min(self.learner_idle_s / span, 1.0)
-        return {"async/learner_idle": learner, "async/sampler_idle": min(sampler_idle / span, 1.0)}
+        return {
+            "async/learner_idle": min(self.learner_idle_s / span, 1.0),
+            "async/sampler_idle": min(sampler_idle / span, 1.0),
+            "async/overlap": self.overlap,
+        }
+
+    def _overlap(self, start: float, end: float) -> float:
+        """The share of [start, end] the sampler spent sampling (called holding `changed`)."""
+        spans = [*self.busy, *([(self.sampling_since, end)] if self.sampling_since is not None else [])]
+        shared = sum(max(0.0, min(end, b) - max(start, a)) for a, b in spans)
+        self.busy = [(a, b) for a, b in self.busy if b > start]  # older batches cannot meet later steps
+        return min(shared / max(end - start, 1e-9), 1.0)
 
     def close(self) -> None:
         """Stop the sampler after its current batch, and give the learner's thread its cores back."""
@@ -193,11 +211,13 @@ class AsyncRollouts:
                     if self.stopping:
                         return
                     examples, version = self.orders.pop(step), self.version
-                started = time.perf_counter()
+                    started = self.sampling_since = time.perf_counter()
                 with torch.no_grad():
                     rollout = self.sample(step, examples)
                 batch = SampledBatch(step, examples, rollout, version, time.perf_counter() - started)
                 with self.changed:
+                    self.busy.append((started, time.perf_counter()))
+                    self.sampling_since = None
                     self.ready[step] = batch
                     self.sampled_through = step
                     self.changed.notify_all()

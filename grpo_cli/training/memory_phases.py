@@ -166,12 +166,19 @@ def generation_phase(cfg: TrainConfig, device: torch.device, shape: ModelShape, 
             parts.append(Part("vLLM engine", engine, "resident", how))
         return 0
     kb = w.wb
+    pipelined = cfg.rollout.max_staleness > 0  # the sampler's thread: its own weights, sampling beside every phase
     if sampling_copy(cfg, device, shape, w):  # rollout.sampling_weights: resident, its KV cache in bf16
         kb = 2
         parts.append(Part("bf16 sampling copy", shape.parameters * 2, "resident", "rollout.sampling_weights"))
+    elif pipelined:
+        how = "rollout.max_staleness: the sampler's own weights"
+        parts.append(Part("sampler's copy", shape.parameters * w.wb, "resident", how))
     kv = w.rows * (w.prompt + w.completion) * shape.layers * 2 * shape.kv_dim * kb
     generation = kv + kv // shape.layers + w.rows * shape.vocab * SAMPLING_BYTES
     how = f"{w.rows} sequences x {w.prompt + w.completion} tokens"
+    if pipelined:
+        parts.append(Part("KV cache + sampling", generation, "resident", f"{how}, while the learner trains"))
+        return 0
     parts.append(Part("KV cache + sampling", generation, "generation", how))
     return generation
 

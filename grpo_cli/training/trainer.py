@@ -339,7 +339,7 @@ class GRPOTrainer:
             metrics["entropy/coef"] = self.entropy.coef
         metrics.update(self.guard.metrics(raw))
         if self.rollouts is not None:
-            metrics.update(self.rollouts.idle_shares(timings["step"]))
+            metrics.update(self.rollouts.step_figures(timings["step"]))
         samples = step_samples(batch, rollout, fusion, advantages.tolist(), 2 * g)
         alerts = scored.alerts + self.alerts.observe(fusion, verdicts, metrics)
         env_alerts = [environment_alert(rollout), unanswered_turns_alert(rollout, cfg.env.max_turns)]

@@ -17,6 +17,7 @@ import torch
 from grpo_cli.config.schema import TrainConfig
 from grpo_cli.monitor import StepResult
 from grpo_cli.training import GRPOTrainer
+from grpo_cli.training.alerts import SerialPipelineAlert
 from tests.conftest import kill_once_saved, read_metrics, reproducible, run_grpo
 
 
@@ -83,8 +84,8 @@ def test_batch_j_is_sampled_by_the_policy_of_step_j_minus_k(tmp_path: Path, k: i
         assert torch.equal(seen[j], versions.weights[version]), f"batch {j} not sampled by the policy of step {version}"
         assert versions.rows[j]["async/staleness"] == j - version <= k
         assert versions.rows[j]["async/version"] == version
-        for side in ("learner", "sampler"):
-            assert 0.0 <= versions.rows[j][f"async/{side}_idle"] <= 1.0
+        for share in ("learner_idle", "sampler_idle", "overlap"):
+            assert 0.0 <= versions.rows[j][f"async/{share}"] <= 1.0
     gaps = [row["rollout/engine_gap"] for row in versions.rows]
     assert gaps[0] < 1e-5  # staleness 0: the sampler's copy is the policy
     assert min(gaps[k:]) > 1e-3  # staleness k: the update moved the policy away from it
@@ -136,6 +137,8 @@ def test_a_pipelined_run_learns_the_default_task(tmp_path: Path, k: int) -> None
     finally:
         trainer.cleanup()
     assert max(row["async/staleness"] for row in rows) == k
+    overlap = sorted(row["async/overlap"] for row in rows)[len(rows) // 2]
+    assert overlap > 0.25, f"the sampler sampled during {overlap:.0%} of the median step's update: no pipeline"
     assert rise(rows) >= 0.75 * min(SYNC_RISES), (rise(rows), SYNC_RISES)
 
 
@@ -168,3 +171,19 @@ def test_a_killed_pipelined_run_resumes_on_the_straight_runs_prompts(tmp_path: P
     assert staleness[11] == 0 and all(staleness[s] == 1 for s in range(12, 21))
     theirs, ours = first_prompts(straight), first_prompts(killed)
     assert [ours[s] for s in range(11, 21)] == [theirs[s] for s in range(11, 21)]
+
+
+def figures(overlap: float, sampler_idle: float) -> dict[str, float]:
+    return {"async/overlap": overlap, "async/sampler_idle": sampler_idle}
+
+
+def test_a_pipeline_running_one_side_after_the_other_is_named() -> None:
+    """Five steps in which the sampler, busy, never sampled while the learner worked: the alert says
+    the pipeline runs serially. A sampler idle for want of work, or one overlapping, is no alarm."""
+    alert = SerialPipelineAlert()
+    said = [alert.observe(figures(0.02, 0.1)) for _ in range(5)]
+    assert said[:4] == [None] * 4 and "one after the other" in said[4] and "2% of the learner's work" in said[4]
+    idle = SerialPipelineAlert()
+    assert all(idle.observe(figures(0.02, 0.8)) is None for _ in range(6))  # a fast sampler waiting for orders
+    overlapping = SerialPipelineAlert()
+    assert all(overlapping.observe(figures(0.9, 0.1)) is None for _ in range(6))

@@ -68,6 +68,22 @@ def test_no_reference_at_beta_0_a_full_copy_above_it_and_none_extra_with_lora() 
     assert part(plan(cfg), "reference model").bytes == 0  # the base with the adapters off
 
 
+def test_a_pipelined_sampler_holds_its_own_weights_and_samples_beside_the_update() -> None:
+    """rollout.max_staleness >= 1: the sampler's copy of the weights is resident, and its KV cache is
+    held while the update runs: the peak adds the two instead of taking the larger."""
+    cfg = TrainConfig()
+    sync = plan(cfg)
+    cfg.rollout.max_staleness = 1
+    pipelined = plan(cfg)
+    assert part(pipelined, "sampler's copy").bytes == part(pipelined, "weights").bytes
+    cache = part(pipelined, "KV cache + sampling")
+    assert cache.when == "resident" and cache.bytes == part(sync, "KV cache + sampling").bytes
+    assert pipelined.phases["generation"] == 0
+    extra = part(pipelined, "weights").bytes + cache.bytes
+    grew = pipelined.peak - sync.peak
+    assert extra - sync.phases["generation"] <= grew <= extra + cache.bytes  # the CPU slack follows the phases
+
+
 @pytest.mark.parametrize(
     "targets",
     [["all-linear"], ["all-linear", "lm_head"], ["q_proj", "k_proj", "v_proj", "o_proj"], ["gate_proj", "down_proj"]],
