@@ -181,3 +181,20 @@ def test_a_resumed_run_draws_and_trains_what_the_straight_run_did(straight_run: 
         assert again["loss"] == pytest.approx(straight["loss"], abs=1e-6)
         assert again["rollout/engine_gap"] < FLOOR
         assert not math.isnan(again["grad_norm"])
+
+
+def test_a_pipelined_run_samples_with_the_engine_k_steps_behind(straight_run: list[dict], tmp_path: Path) -> None:
+    """rollout.max_staleness=1 on the engine: the first batch is the straight run's (the same weights,
+    the same request seeds), its gap at the floor; every later batch is sampled by the policy of the
+    step before, so its gap is the update's movement, and the correction weighs it."""
+    cfg = trainer_config(4)
+    cfg.rollout.max_staleness = 1
+    cfg.optim.warmup_steps = 0  # the first update moves the weights (its loss is computed before, as the straight run's)
+    pipelined = train(cfg, tmp_path)
+    assert [m["async/staleness"] for m in pipelined] == [0, 1, 1, 1]
+    first, straight = pipelined[0], straight_run[0]
+    assert first["reward/mean"] == straight["reward/mean"] and first["loss"] == pytest.approx(straight["loss"], abs=1e-6)
+    assert first["rollout/engine_gap"] < FLOOR
+    for metrics in pipelined[1:]:
+        assert metrics["rollout/engine_gap"] > 1000 * FLOOR, metrics["step"]  # 0.06-0.07 measured
+        assert metrics["rollout_correction/weight"] != pytest.approx(1.0, abs=FLOOR)
