@@ -19,8 +19,11 @@ batch (`World.sampling_seed`), and holds its own tokenizer and weights. Scoring,
 the curriculum and every collective stay on the learner's thread, in step order.
 
 State: this object stands in the TrainState for the PromptSampler (the same two integers), saved as
-of the learner's step, not the sampler's: a resume draws the batches after the checkpoint's step
-again, sampled by the checkpoint's weights (their staleness restarts at 0, then climbs to k).
+of the learner's step, not the sampler's, and with them the batches already sampled for the steps
+after it (by older weights than the checkpoint's): a resume trains those, then samples on from the
+checkpoint's weights, exactly as the straight run did. Where they cannot travel (data-parallel, each
+process's share would need gathering; live environment objects, env=trl), a resume samples them
+again from the checkpoint's weights: the same prompts, fresher weights (staleness 0, then back to k).
 """
 
 from __future__ import annotations
@@ -68,7 +71,8 @@ class AsyncRollouts:
 
     `sample(step, examples)` is the sampler's whole job for one batch (runs on its thread);
     `refresh()` gives the sampler's weights the policy's (runs on the learner's thread while the
-    sampler waits); `steps` is train.steps; `cores`, when given, pins each side to its half (CPU)."""
+    sampler waits); `steps` is train.steps; `cores`, when given, pins each side to its half (CPU);
+    `carry`: sampled batches travel in the state (module docstring)."""
 
     def __init__(
         self,
@@ -79,6 +83,7 @@ class AsyncRollouts:
         max_staleness: int,
         steps: int,
         cores: tuple[set[int], set[int]] | None = None,
+        carry: bool = True,
     ) -> None:
         self.sample = sample
         self.refresh = refresh
@@ -87,6 +92,8 @@ class AsyncRollouts:
         self.k = max_staleness
         self.steps = steps  # the run's length: no batch is ordered past its last step
         self.cores = cores
+        self.carry = carry
+        self.pending: dict[int, SampledBatch] = {}  # sampled batches a checkpoint or rollback brought back
         self.changed = threading.Condition()  # guards everything below; notified on every change
         self.thread: threading.Thread | None = None
         self.position = 0  # the learner's step: the state a checkpoint saves is the prompts' before it
@@ -116,10 +123,19 @@ class AsyncRollouts:
         self.drawn_before.clear()
         for j in range(step, step + self.k + 1):
             self._order(j)
+        for j, batch in self.pending.items():  # sampled by older weights: trained as they are, not sampled again
+            if j in self.orders:
+                del self.orders[j]
+                self.ready[j] = batch
+        self.pending = {}
+        first = step
+        while first in self.ready:
+            first += 1
+        self.sampled_through = first - 1
         if self.cores is not None and hasattr(os, "sched_setaffinity"):
             self.learner_cores = os.sched_getaffinity(0)
             os.sched_setaffinity(0, self.cores[0])  # this thread only (Linux: 0 is the calling thread)
-        self.thread = threading.Thread(target=self._run, args=(step,), name="grpo-sampler", daemon=True)
+        self.thread = threading.Thread(target=self._run, args=(first,), name="grpo-sampler", daemon=True)
         self.thread.start()
 
     def take(self, step: int) -> SampledBatch:
@@ -180,16 +196,27 @@ class AsyncRollouts:
             self.learner_cores = None
 
     # ---- TrainState: the PromptSampler as of the learner's step -------------------------------
-    def state_dict(self) -> dict[str, int]:
+    def state_dict(self) -> dict[str, Any]:
+        """The PromptSampler's two integers as of the learner's step, and (`carry`) the batches
+        sampled for the steps after it."""
         with self.changed:
-            return dict(self.drawn_before.get(self.position) or self.prompts.state_dict())
+            running = self.thread is not None
+            state: dict[str, Any] = dict(self.drawn_before[self.position] if running else self.prompts.state_dict())
+            sampled = [b for j, b in sorted(self.ready.items()) if j >= self.position] if running else []
+            sampled = sampled or list(self.pending.values())
+            if self.carry and all(b.rollout.environments is None for b in sampled):
+                state["sampled"] = {"max_staleness": self.k, "batches": sampled}
+            return state
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        """A resume or a rollback: the prompts go back, and a running sampler stops (the next
-        `take` starts it again from that step)."""
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """A resume or a rollback: the prompts go back with the batches sampled ahead (kept when they
+        were sampled at this k), and a running sampler stops (the next `take` starts it again)."""
         self.close()
-        self.prompts.load_state_dict(state)
+        self.prompts.load_state_dict({"epoch": state["epoch"], "position": state["position"]})
         self.drawn_before.clear()
+        sampled = state.get("sampled")  # absent: written by a synchronous run, or where batches cannot travel
+        kept = sampled is not None and sampled["max_staleness"] == self.k
+        self.pending = {b.step: b for b in sampled["batches"]} if kept else {}
 
     # ---- the sampler's side --------------------------------------------------------------
     def _order(self, step: int) -> None:

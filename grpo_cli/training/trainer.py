@@ -223,7 +223,9 @@ class GRPOTrainer:
             torch.set_num_threads(len(split[0]))
         k = cfg.rollout.max_staleness
         per_step = cfg.train.prompts_per_step
-        rollouts = AsyncRollouts(sample, side.refresh, self.sampler, per_step, k, cfg.train.steps, split)
+        # data-parallel, each process's batches differ and the checkpoint holds the main one's state: they do not travel
+        carry = world.size == 1
+        rollouts = AsyncRollouts(sample, side.refresh, self.sampler, per_step, k, cfg.train.steps, split, carry)
         where = f"; learner on cores {sorted(split[0])}, sampler on {sorted(split[1])}" if split is not None else ""
         self.diagnostics["async"] = f"rollout.max_staleness={k}: batch j sampled by the policy of step j-{k}{where}"
         return rollouts
