@@ -147,7 +147,10 @@ class AsyncRollouts:
             waited = self._wait(lambda: step in self.ready)
             self.learner_idle_s += waited
             self.learning_since = time.perf_counter()
-            return self.ready.pop(step)
+            batch = self.ready.pop(step)
+        if not 0 <= batch.staleness() <= self.k:  # the fixed lag leaves nothing to drop: past it is a bug, not noise
+            raise RuntimeError(f"batch {step} was sampled by the policy of step {batch.version}: past k={self.k}")
+        return batch
 
     def publish(self, version: int) -> None:
         """The policy now has `version` (steps trained): the sampler's weights take it once the last
