@@ -41,6 +41,9 @@ def _absolute(path: str | None) -> str | None:
     return None if path is None else str(Path(path).resolve())
 
 
+REACHING_THE_SERVER = ("mode", "server_url", "call_timeout", "ready_timeout", "transfer")  # rollout.vllm.*
+
+
 def rollout_settings(cfg: RolloutRunConfig, dtype: str, examples: list[dict[str, Any]]) -> dict[str, Any]:
     """Everything that decides what the file holds: a resume must match it key for key.
 
@@ -51,9 +54,13 @@ def rollout_settings(cfg: RolloutRunConfig, dtype: str, examples: list[dict[str,
     model = {"kind": cfg.model.kind, "path": path if path and hub_id(path) else _absolute(path), "dtype": dtype}
     if cfg.model.kind == "tiny":
         model["tiny"] = asdict(cfg.model.tiny)
-    sampling = {key: value for key, value in asdict(cfg.rollout).items() if key != "resume"}
+    # not the file's content: resume, train's max_staleness (0 here), and how a vLLM server is reached
+    sampling = {key: value for key, value in asdict(cfg.rollout).items() if key not in ("resume", "max_staleness")}
     if cfg.rollout.backend != "vllm":  # the engine's settings decide nothing else (and older files lack them)
         del sampling["vllm"]
+    else:  # older files lack these, and a server reached otherwise samples the same
+        for key in REACHING_THE_SERVER:
+            del sampling["vllm"][key]
     rows = hashlib.sha256(json.dumps(examples, sort_keys=True).encode()).hexdigest()
     return {
         "model": model,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from grpo_cli.config.checks import CHOICES, check_at_least_one, check_choice, fail
 from grpo_cli.config.group_keys import check_group_keys
@@ -49,6 +50,8 @@ GENERATION_KWARGS_OWNED = {
     "output_logits": _LOOP,
 }
 # apply_chat_template's own arguments, which the prompt encoder sets (env.* offers the tools)
+VLLM_MODES = ("colocated", "server")  # rollout.vllm.mode
+VLLM_TRANSFERS = ("auto", "file", "http")  # rollout.vllm.transfer
 CHAT_TEMPLATE_OWNED = (
     "conversation",
     "tools",
@@ -81,6 +84,7 @@ def validate_generation(model: ModelConfig, data: DataConfig, rollout: RolloutCo
     check_group_keys("model", model)  # e.g. model.path under model=tiny: before the path itself is looked at
     check_group_keys("data", data)
     _check_sampling(rollout)
+    _check_vllm_server(rollout)
     _check_engine_installed(rollout)
     check_generation_kwargs(rollout)
     _check_chat_template_kwargs(data)
@@ -89,10 +93,29 @@ def validate_generation(model: ModelConfig, data: DataConfig, rollout: RolloutCo
     _check_data_file(data)
 
 
+def _check_vllm_server(rollout: RolloutConfig) -> None:
+    """rollout.vllm.mode and the server's keys, said before the model loads."""
+    vllm = rollout.vllm
+    check_choice("rollout.vllm.mode", vllm.mode, VLLM_MODES)
+    check_choice("rollout.vllm.transfer", vllm.transfer, VLLM_TRANSFERS)
+    for key, seconds in (("call_timeout", vllm.call_timeout), ("ready_timeout", vllm.ready_timeout)):
+        if not seconds > 0:  # 0 would fail every call at once; an unbounded wait is what the key is there to stop
+            fail(f"rollout.vllm.{key}", seconds, "must be > 0 (seconds)")
+    if rollout.backend != "vllm" or vllm.mode != "server":
+        return
+    url = urlsplit(vllm.server_url)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        fail(
+            "rollout.vllm.server_url",
+            vllm.server_url,
+            "rollout.vllm.mode=server needs the server's base URL, e.g. http://127.0.0.1:8000",
+        )
+
+
 def _check_engine_installed(rollout: RolloutConfig) -> None:
     """rollout.backend=vllm without a vLLM that runs here: said before the model loads (a real model
-    takes a minute), not when the engine is built."""
-    if rollout.backend != "vllm":
+    takes a minute), not when the engine is built. A server (mode=server) runs vLLM elsewhere."""
+    if rollout.backend != "vllm" or rollout.vllm.mode == "server":
         return
     from grpo_cli.rollout.vllm import vllm_unavailable  # torch and transformers: only for this backend
 

@@ -13,6 +13,7 @@ from grpo_cli.rollout.fast import FORWARD_FAILED, ROW_OPERATIONS, FastGenerator,
 from grpo_cli.rollout.hf import HFGenerator
 from grpo_cli.rollout.sampling_copy import SamplingCopy, sampling_weights_choice
 from grpo_cli.rollout.vllm import VLLMGenerator, vllm_unavailable
+from grpo_cli.rollout.vllm_server import VLLMServerGenerator
 
 
 def fast_loop_rows(model: PreTrainedModel) -> tuple[str | None, str | None]:
@@ -98,6 +99,12 @@ def _hf_generator(
 def _vllm_generator(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, cfg: RolloutConfig, max_prompt_tokens: int | None
 ) -> tuple[Generator, str]:
+    if cfg.vllm.mode == "server":  # vLLM runs elsewhere: nothing of it is needed here
+        line = (
+            f"vllm (server {cfg.vllm.server_url}, weights by {cfg.vllm.transfer}; the engine's settings are "
+            "its own command's, rollout.vllm.gpu_memory_utilization ... dtype do not apply)"
+        )
+        return VLLMServerGenerator(model, tokenizer, cfg), line
     problem = vllm_unavailable()
     if problem is not None:
         raise GrpoError(problem)

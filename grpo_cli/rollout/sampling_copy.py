@@ -76,7 +76,10 @@ class SamplingCopy:
     LoRA run's base, never change)."""
 
     def __init__(self, policy: torch.nn.Module, dtype: torch.dtype | None = torch.bfloat16) -> None:
-        self.module = copy.deepcopy(policy)
+        # frozen parameters already in the copy's dtype are shared, not copied: a LoRA run's base at
+        # rollout.max_staleness >= 1 would otherwise be held twice (nothing writes it in place)
+        frozen = {id(p): p for p in policy.parameters() if not p.requires_grad and dtype in (None, p.dtype)}
+        self.module = copy.deepcopy(policy, memo=frozen)
         for parameter in self.module.parameters():
             parameter.requires_grad_(False)
             if dtype is not None:

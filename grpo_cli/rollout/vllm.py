@@ -198,15 +198,19 @@ def cpu_engine_refusal(model: torch.nn.Module, engine_dtype: str) -> str | None:
     return None
 
 
-def local_rank_cores() -> str:
+def local_rank_cores(pipelined: bool = False) -> str:
     """This process's share of the machine's cores, as VLLM_CPU_OMP_THREADS_BIND spells it: all of
     them for one training process (vLLM's own "auto" keeps one core back for its scheduler, half of a
     2-core machine, while the colocated trainer is idle during generation anyway), and a slice each
     when several share the machine (LOCAL_RANK of LOCAL_WORLD_SIZE, set by torchrun and accelerate
-    launch), so their engines do not all bind the same cores."""
+    launch), so their engines do not all bind the same cores. `pipelined` (rollout.max_staleness):
+    the engine samples while the trainer trains, so it takes the second half of the share, the one
+    the asynchronous sampler's thread would (training.async_pipeline.split_cores)."""
     cores = sorted(os.sched_getaffinity(0))
     ranks, rank = int(os.environ.get("LOCAL_WORLD_SIZE", "1")), int(os.environ.get("LOCAL_RANK", "0"))
     share = cores[rank * len(cores) // ranks : (rank + 1) * len(cores) // ranks] or [cores[rank % len(cores)]]
+    if pipelined and len(share) >= 2:
+        share = share[len(share) // 2 :]
     return ",".join(str(core) for core in share)
 
 
@@ -225,7 +229,7 @@ def build_engine(model: torch.nn.Module, cfg: RolloutConfig, max_prompt_tokens: 
     # unless its user opts in (VLLM_NO_USAGE_STATS=0)
     os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
     if not torch.cuda.is_available() and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:  # a user's own wins
-        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = local_rank_cores()
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = local_rank_cores(pipelined=cfg.max_staleness > 0)
     kwargs = engine_kwargs(model, cfg, max_prompt_tokens)
     refusal = None if torch.cuda.is_available() else cpu_engine_refusal(model, kwargs["dtype"])
     if refusal:
@@ -298,6 +302,56 @@ def completion_logprobs(outputs: Sequence[Any], num_generations: int) -> list[li
     return rows
 
 
+class StepSeeds:
+    """The per-request seeds of a training step's generation calls (`request_seeds`), counted per
+    call; shared by the colocated engine and the server client, whose engines' streams no
+    checkpoint saves."""
+
+    def __init__(self) -> None:
+        # the training step's sampling seed and how many sampled calls it has made; None (grpo
+        # rollout, grpo eval) leaves the requests to the engine's own stream
+        self.step_seed: int | None = None
+        self.calls = 0
+
+    def start_step(self, seed: int) -> None:
+        """A step replayed after a Ctrl-C rollback starts its count again, and so draws what it drew."""
+        self.step_seed, self.calls = seed, 0
+
+    def next_call(self, prompts: int, greedy: bool) -> list[int | None]:
+        """This call's seed per prompt: None where nothing is drawn (greedy) or no step is set."""
+        if greedy or self.step_seed is None:
+            return [None] * prompts
+        self.calls += 1
+        return list(request_seeds(self.step_seed, self.calls - 1, prompts))
+
+
+def rollout_from_outputs(
+    outputs: Sequence[Any],
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    num_generations: int,
+    eos_ids: list[int],
+    tokenizer: PreTrainedTokenizerBase,
+) -> Rollout:
+    """The Rollout of an engine's outputs (one RequestOutput-shaped object per prompt, in order):
+    the completions through `finish_rollout`, as every loop, and the engine's log-probs beside them."""
+    rows = completion_rows(outputs, num_generations, eos_ids)
+    rollout = finish_rollout(
+        prompt_ids.repeat_interleave(num_generations, dim=0),
+        prompt_mask.repeat_interleave(num_generations, dim=0),
+        padded([torch.tensor(row, dtype=torch.long) for row in rows], tokenizer.pad_token_id).to(prompt_ids.device),
+        eos_ids,
+        tokenizer,
+        num_generations,
+    )
+    engine_logps = completion_logprobs(outputs, num_generations)
+    if engine_logps is not None:
+        rows_logps = [torch.tensor(row, dtype=torch.float32) for row in engine_logps]
+        width = rollout.completion_ids.size(1)
+        rollout.engine_logps = padded(rows_logps, math.nan, width=width).to(prompt_ids.device)
+    return rollout
+
+
 class VLLMGenerator:
     """The Generator of `rollout.backend=vllm` (module docstring).
 
@@ -322,11 +376,7 @@ class VLLMGenerator:
         self.tokenizer = tokenizer
         self.cfg = cfg
         self.eos_ids = eos_token_ids(model, tokenizer)
-        self.pad_id = tokenizer.pad_token_id
-        # set_step_seed: the training step's sampling seed and how many sampled calls it has made;
-        # None (grpo rollout, grpo eval) leaves the requests to the engine's own stream
-        self.step_seed: int | None = None
-        self.calls = 0
+        self.seeds = StepSeeds()
         self.sampling_params = sampling_params or vllm_sampling_params
         self._check_sampling_params()  # before the engine: a wrong option fails in seconds, not minutes
         self.engine = engine if engine is not None else build_engine(model, cfg, max_prompt_tokens)
@@ -358,16 +408,8 @@ class VLLMGenerator:
             self.shared.close()
 
     def set_step_seed(self, seed: int) -> None:
-        """Each request of the step is seeded from `seed` (`request_seeds`); a step replayed after a
-        Ctrl-C rollback starts its count again, and so draws what it drew."""
-        self.step_seed, self.calls = seed, 0
-
-    def _seeds(self, prompts: int, greedy: bool) -> list[int | None]:
-        """This call's seed per prompt: None where nothing is drawn (greedy) or no step is set."""
-        if greedy or self.step_seed is None:
-            return [None] * prompts
-        self.calls += 1
-        return list(request_seeds(self.step_seed, self.calls - 1, prompts))
+        """Each request of the step is seeded from `seed` (`StepSeeds`)."""
+        self.seeds.start_step(seed)
 
     @torch.no_grad()
     def generate(
@@ -377,21 +419,7 @@ class VLLMGenerator:
         prompts = [{"prompt_token_ids": ids[mask.bool()].tolist()} for ids, mask in zip(prompt_ids, prompt_mask)]
         params = [
             self.sampling_params(**sampling_params_kwargs(self.cfg, num_generations, self.eos_ids, greedy, seed))
-            for seed in self._seeds(len(prompts), greedy)
+            for seed in self.seeds.next_call(len(prompts), greedy)
         ]  # one per prompt, as LLM.generate takes them: each request its own seed
         outputs = self.engine.generate(prompts, sampling_params=params, use_tqdm=False)
-        rows = completion_rows(outputs, num_generations, self.eos_ids)
-        rollout = finish_rollout(
-            prompt_ids.repeat_interleave(num_generations, dim=0),
-            prompt_mask.repeat_interleave(num_generations, dim=0),
-            padded([torch.tensor(row, dtype=torch.long) for row in rows], self.pad_id).to(prompt_ids.device),
-            self.eos_ids,
-            self.tokenizer,
-            num_generations,
-        )
-        engine_logps = completion_logprobs(outputs, num_generations)
-        if engine_logps is not None:
-            rows_logps = [torch.tensor(row, dtype=torch.float32) for row in engine_logps]
-            width = rollout.completion_ids.size(1)
-            rollout.engine_logps = padded(rows_logps, math.nan, width=width).to(prompt_ids.device)
-        return rollout
+        return rollout_from_outputs(outputs, prompt_ids, prompt_mask, num_generations, self.eos_ids, self.tokenizer)

@@ -58,12 +58,29 @@ class SampledBatch:
         return self.step - self.version
 
 
-def split_cores(cores: list[int]) -> tuple[set[int], set[int]]:
-    """(learner's, sampler's) cores: two disjoint halves of this process's, the learner's the first;
-    one core is shared by both. So sampling and training overlap on a CPU as on two devices."""
-    half = max(1, len(cores) // 2)
-    learner, sampler = set(cores[:half]), set(cores[half:]) or set(cores[:half])
-    return learner, sampler
+@dataclass
+class CoreSplit:
+    """A CPU run's cores, halved between the two threads, so sampling and training overlap on a CPU
+    as on two devices (vLLM's engine binds its own: rollout.vllm)."""
+
+    learner: set[int]
+    sampler: set[int]
+    threads: int | None  # torch's threads while the pipeline runs (each side's half); None: train.threads as set
+
+    def describe(self) -> str:
+        return f"learner on cores {sorted(self.learner)}, sampler on {sorted(self.sampler)}"
+
+
+def split_cores(device: torch.device, threads: int) -> CoreSplit | None:
+    """Two disjoint halves of this process's cores, the learner's the first, where there are two or
+    more on a CPU (Linux affinity); `threads` is train.threads, kept when set (> 0)."""
+    if device.type != "cpu" or not hasattr(os, "sched_getaffinity"):
+        return None
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return None
+    half = len(cores) // 2
+    return CoreSplit(set(cores[:half]), set(cores[half:]), None if threads > 0 else half)
 
 
 class AsyncRollouts:
@@ -82,7 +99,7 @@ class AsyncRollouts:
         prompts_per_step: int,
         max_staleness: int,
         steps: int,
-        cores: tuple[set[int], set[int]] | None = None,
+        cores: CoreSplit | None = None,
         carry: bool = True,
     ) -> None:
         self.sample = sample
@@ -110,7 +127,7 @@ class AsyncRollouts:
         self.sampling_since: float | None = None  # the start of the batch it is sampling now
         self.learning_since = 0.0  # when the learner got its batch
         self.overlap = 0.0  # the share of the learner's last work during which the sampler sampled
-        self.learner_cores: set[int] | None = None  # the learner thread's affinity before pinning
+        self.unpinned: tuple[set[int], int] | None = None  # the learner thread's affinity and torch's threads before
 
     # ---- the learner's side ----------------------------------------------------------------
     def start(self, step: int) -> None:
@@ -132,9 +149,11 @@ class AsyncRollouts:
         while first in self.ready:
             first += 1
         self.sampled_through = first - 1
-        if self.cores is not None and hasattr(os, "sched_setaffinity"):
-            self.learner_cores = os.sched_getaffinity(0)
-            os.sched_setaffinity(0, self.cores[0])  # this thread only (Linux: 0 is the calling thread)
+        if self.cores is not None:
+            self.unpinned = os.sched_getaffinity(0), torch.get_num_threads()
+            os.sched_setaffinity(0, self.cores.learner)  # this thread only (Linux: 0 is the calling thread)
+            if self.cores.threads is not None:
+                torch.set_num_threads(self.cores.threads)
         self.thread = threading.Thread(target=self._run, args=(first,), name="grpo-sampler", daemon=True)
         self.thread.start()
 
@@ -194,9 +213,10 @@ class AsyncRollouts:
                 self.stopping = True
                 self.changed.notify_all()
             thread.join()
-        if self.learner_cores is not None:
-            os.sched_setaffinity(0, self.learner_cores)
-            self.learner_cores = None
+        if self.unpinned is not None:  # the next job of a multirun starts as this one did
+            os.sched_setaffinity(0, self.unpinned[0])
+            torch.set_num_threads(self.unpinned[1])
+            self.unpinned = None
 
     # ---- TrainState: the PromptSampler as of the learner's step -------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -231,8 +251,8 @@ class AsyncRollouts:
         self.orders[step] = self.prompts.next_batch(self.prompts_per_step)
 
     def _run(self, step: int) -> None:
-        if self.cores is not None and hasattr(os, "sched_setaffinity"):
-            os.sched_setaffinity(0, self.cores[1])
+        if self.cores is not None:
+            os.sched_setaffinity(0, self.cores.sampler)
         try:
             while True:
                 with self.changed:

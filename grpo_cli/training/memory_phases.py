@@ -155,6 +155,10 @@ def generation_phase(cfg: TrainConfig, device: torch.device, shape: ModelShape, 
     one layer's copy while DynamicCache grows it by concatenation, and every row's sampling buffers.
     vLLM keeps its cache in its own share, a resident part: on CUDA its share of the device; on a
     CPU a second copy of the weights (in the engine's processes) and its KV cache."""
+    if cfg.rollout.backend == "vllm" and cfg.rollout.vllm.mode == "server":  # the engine lives on the server
+        how = "the push's shared-memory file (/dev/shm); the engine and its cache are the server's"
+        parts.append(Part("vLLM weights file", shape.parameters * w.wb, "resident", how))
+        return 0
     if cfg.rollout.backend == "vllm":
         if device.type == "cuda":
             total = torch.cuda.get_device_properties(device).total_memory

@@ -25,6 +25,7 @@ from grpo_cli.rollout.fast import FastGenerator
 from grpo_cli.rollout.prompts import PromptBudget, PromptEncoder, context_length, fit_prompts
 from grpo_cli.rollout.sampling_copy import SamplingCopy, sampling_weights_choice
 from grpo_cli.rollout.vllm import VLLMGenerator
+from grpo_cli.rollout.vllm_server import VLLMServerGenerator
 
 
 def select_split(examples: list[dict[str, Any]], split: str, data: DataConfig) -> list[dict[str, Any]]:
@@ -113,14 +114,14 @@ def async_sampler(
     behaviour policy the rollout correction weighs stale tokens against."""
     tokenizer = copy.deepcopy(tokenizer)
     encoder = PromptEncoder(tokenizer, cfg.data.max_prompt_tokens, policy.device, cfg.data.chat_template_kwargs)
-    if isinstance(loop, VLLMGenerator):
+    if isinstance(loop, (VLLMGenerator, VLLMServerGenerator)):
         engine = loop
 
         def push() -> None:
             engine.weights_updated()
             engine.sync.sync()  # now, while the sampler waits: later the learner is moving the weights
 
-        refresh, generator, bf16, words = push, loop, False, "the vLLM engine's"
+        refresh, generator, bf16, words = push, loop, False, "the vLLM engine's (pushed at each hand-off)"
     elif isinstance(loop, FastGenerator):
         bf16, words = sampling_weights_choice(policy, cfg.rollout, "fast")
         weights = SamplingCopy(policy, torch.bfloat16 if bf16 else None)

@@ -8,7 +8,6 @@ with their state registered in TrainState; observers only watch.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -211,22 +210,20 @@ class GRPOTrainer:
         in a thread of its own, `k` policy versions behind the update (training/async_pipeline.py)."""
         cfg, world, g, side = self.cfg, self.world, self.cfg.rollout.num_generations, self.sampler_side
         assert side is not None  # build_sampling made it: rollout.max_staleness > 0
+        # the prompt budget fit_to_model set on the learner's encoder after build_sampling: the sampler cuts the same
+        side.encoder.max_tokens, side.encoder.on_long_prompt = self.encoder.max_tokens, self.encoder.on_long_prompt
 
         def sample(step: int, examples: list[dict[str, Any]]) -> Rollout:
             side.generator.set_step_seed(world.sampling_seed(cfg.train.seed, step))  # its own stream, per batch
             return generate_groups(world.share(examples), side.encoder, side.generator, g)
 
-        pinned = self.device.type == "cpu" and hasattr(os, "sched_getaffinity")
-        cores = sorted(os.sched_getaffinity(0)) if pinned else []
-        split = split_cores(cores) if len(cores) >= 2 else None
-        if split is not None and cfg.train.threads == 0:  # each side its half; train.threads set is kept as set
-            torch.set_num_threads(len(split[0]))
+        split = split_cores(self.device, cfg.train.threads)
         k = cfg.rollout.max_staleness
         per_step = cfg.train.prompts_per_step
         # data-parallel, each process's batches differ and the checkpoint holds the main one's state: they do not travel
         carry = world.size == 1
         rollouts = AsyncRollouts(sample, side.refresh, self.sampler, per_step, k, cfg.train.steps, split, carry)
-        where = f"; learner on cores {sorted(split[0])}, sampler on {sorted(split[1])}" if split is not None else ""
+        where = f"; {split.describe()}" if split is not None else ""
         self.diagnostics["async"] = f"rollout.max_staleness={k}: batch j sampled by the policy of step j-{k}{where}"
         return rollouts
 

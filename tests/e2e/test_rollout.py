@@ -88,6 +88,21 @@ def test_the_settings_name_a_hub_id_as_given_and_a_local_model_by_its_absolute_p
     assert rollout_settings(cfg, "fp32", [])["model"]["path"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
+def test_a_resume_compares_what_was_sampled_not_how_the_server_is_reached(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """A file written colocated continues against a vLLM server with the same sampling settings, and
+    a file written before the server's and train's keys existed still resumes: they decide nothing
+    the file holds. A sampling setting of the engine (its dtype) still does."""
+    cfg = rollout_config(tiny_model_dir, tmp_path / "r.jsonl")
+    cfg.rollout.backend = "vllm"
+    colocated = rollout_settings(cfg, "fp32", [])
+    cfg.rollout.vllm.mode, cfg.rollout.vllm.server_url = "server", "http://127.0.0.1:8000"
+    cfg.rollout.vllm.call_timeout = 5.0
+    assert rollout_settings(cfg, "fp32", []) == colocated
+    assert "max_staleness" not in colocated["rollout"] and "server_url" not in colocated["rollout"]["vllm"]
+    cfg.rollout.vllm.dtype = "bf16"
+    assert rollout_settings(cfg, "fp32", []) != colocated
+
+
 def test_same_seed_same_file_other_seed_other_file(tiny_model_dir: Path, tmp_path: Path) -> None:
     files = {}
     for name, seed in (("a", 0), ("b", 0), ("c", 1)):

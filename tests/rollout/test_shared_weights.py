@@ -14,6 +14,7 @@ from grpo_cli.rollout.vllm import local_rank_cores
 from grpo_cli.rollout.vllm_worker import tensor_views
 from grpo_cli.rollout.weight_sync import engine_weights
 from grpo_cli.training.alerts import engine_gap_alert
+from grpo_cli.training.async_pipeline import split_cores
 
 
 def mapped(shared: SharedWeights, layout) -> dict[str, torch.Tensor]:
@@ -64,6 +65,19 @@ def test_each_local_process_binds_its_own_share_of_the_cores(monkeypatch: pytest
     if len(cores) >= 2:
         assert not set(shares[0]) & set(shares[1])  # disjoint
         assert sorted(map(int, shares[0] + shares[1])) == cores
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux's core affinity")
+def test_a_pipelined_engine_binds_the_cores_the_learner_leaves_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """rollout.max_staleness: the engine samples while the trainer trains, on the half of the cores
+    the learner's thread is not pinned to (training.async_pipeline.split_cores)."""
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    split = split_cores(torch.device("cpu"), 0)
+    engine = set(map(int, local_rank_cores(pipelined=True).split(",")))
+    if split is None:  # one core: nothing to halve
+        assert engine == set(os.sched_getaffinity(0))
+    else:
+        assert engine == split.sampler and not engine & split.learner
 
 
 def test_the_engine_gap_alert_names_the_gap_the_threshold_and_the_cause() -> None:

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from grpo_cli.config.schema import OptimConfig
-from tests.conftest import REPO, kill_once_saved, read_metrics, run_grpo
+from tests.conftest import REPO, kill_once_saved, read_metrics, reproducible, run_grpo
 
 STEP_SCRIPT = Path(__file__).with_name("data_parallel_step.py")
 QUICK = ("monitor.console=plain", "monitor.plots=false", "train.prompts_per_step=4", "rollout.num_generations=4")
@@ -64,6 +64,7 @@ def one_and_two(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
 # learning rate on most elements; a tenth of it tells the two apart (a wrong gradient scale, which
 # Adam would hide, is the gradient check's to catch).
 ADAM_WEIGHT_ATOL = 0.1 * OptimConfig().lr
+WAITS = ("async/learner_idle", "async/sampler_idle", "async/overlap")  # rollout.max_staleness: shares of wall time
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
@@ -129,22 +130,34 @@ def test_a_killed_two_process_run_resumes(tmp_path: Path) -> None:
 
 def test_a_multi_turn_run_trains_on_two_processes(tmp_path: Path) -> None:
     """Each process runs its share of the trajectories (an environment object per row): the turns,
-    the environment's reward and the conversations come back from both, every step."""
-    run_dir = tmp_path / "run"
-    proc = run_grpo(
-        "train", "train.steps=2", *QUICK, f"hydra.run.dir={run_dir}", "distributed.num_processes=2",
-        "env=custom", "env.target=tests.rollout.environments:EchoEnv", "env.max_turns=2", "rollout.max_new_tokens=8",
-        "reward.functions=[{name: env_reward, target: env_reward, weight: 1.0}]",
-        env=_env(),
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert json.loads((run_dir / "summary.json").read_text())["processes"] == 2
-    for row in read_metrics(run_dir):
-        assert 1.0 <= row["env/turns_mean"] <= 2.0 and row["env/error_frac"] == 0.0
-        assert row["reward/env_reward/mean"] == row["env/turns_mean"]  # EchoEnv's reward: the turns it saw
-    for line in (run_dir / "completions" / "step_000001.jsonl").read_text().splitlines():
-        roles = [m["role"] for m in json.loads(line)["messages"]]
-        assert roles[::2] == ["assistant"] * len(roles[::2]) and set(roles[1::2]) <= {"user"}
+    the environment's reward and the conversations come back from both, every step. Pipelined
+    (rollout.max_staleness=1, issue 54), under ddp and fsdp side by side: every process's sampler
+    thread samples batch j with the policy of step j-1 (a fixed lag, or the processes' collectives
+    would not meet), and fsdp's sampler, refreshed from the gathered weights, draws what ddp's draws."""
+    runs = {strategy: tmp_path / strategy for strategy in ("ddp", "fsdp")}
+    args = [
+        "train", "train.steps=3", *QUICK, "distributed.num_processes=2", "rollout.max_staleness=1",
+        "optim.warmup_steps=0", "env=custom", "env.target=tests.rollout.environments:EchoEnv", "env.max_turns=2",
+        "rollout.max_new_tokens=8", "reward.functions=[{name: env_reward, target: env_reward, weight: 1.0}]",
+    ]  # fmt: skip
+    grpo = [sys.executable, "-m", "grpo_cli", *args]
+    _run_together(*[[*grpo, f"hydra.run.dir={d}", f"distributed.strategy={s}"] for s, d in runs.items()])
+    for run_dir in runs.values():
+        assert json.loads((run_dir / "summary.json").read_text())["processes"] == 2
+        rows = read_metrics(run_dir)
+        assert [row["async/staleness"] for row in rows] == [0.0, 1.0, 1.0]  # batch 1 by the starting weights
+        assert rows[2]["rollout/engine_gap"] > 1e-4  # step 3's batch: sampled after 1 update, trained after 2
+        for row in rows:
+            assert 1.0 <= row["env/turns_mean"] <= 2.0 and row["env/error_frac"] == 0.0
+            assert row["reward/env_reward/mean"] == row["env/turns_mean"]  # EchoEnv's reward: the turns it saw
+        for line in (run_dir / "completions" / "step_000001.jsonl").read_text().splitlines():
+            roles = [m["role"] for m in json.loads(line)["messages"]]
+            assert roles[::2] == ["assistant"] * len(roles[::2]) and set(roles[1::2]) <= {"user"}
+    ddp, fsdp = (reproducible(read_metrics(d)) for d in runs.values())
+    for a, b in zip(ddp, fsdp):
+        for key, value in a.items():
+            if isinstance(value, float) and not key.startswith(WAITS):
+                assert b[key] == pytest.approx(value, rel=1e-5, abs=1e-6), f"step {a['step']}: {key}"
 
 
 def test_a_batch_that_does_not_split_fails_before_any_worker_starts(tmp_path: Path) -> None:

@@ -84,6 +84,18 @@ def test_a_pipelined_sampler_holds_its_own_weights_and_samples_beside_the_update
     assert extra - sync.phases["generation"] <= grew <= extra + cache.bytes  # the CPU slack follows the phases
 
 
+def test_a_vllm_server_holds_its_engine_elsewhere_and_here_only_the_pushed_weights() -> None:
+    cfg = TrainConfig()
+    cfg.rollout.backend = "vllm"
+    colocated = plan(cfg)
+    assert part(colocated, "vLLM engine").bytes >= cfg.rollout.vllm.cpu_kv_cache_gib * GIB
+    cfg.rollout.vllm.mode = "server"
+    served = plan(cfg)
+    assert not any(p.name == "vLLM engine" for p in served.parts)
+    assert part(served, "vLLM weights file").bytes == part(served, "weights").bytes
+    assert served.peak < colocated.peak - GIB // 2
+
+
 @pytest.mark.parametrize(
     "targets",
     [["all-linear"], ["all-linear", "lm_head"], ["q_proj", "k_proj", "v_proj", "o_proj"], ["gate_proj", "down_proj"]],
