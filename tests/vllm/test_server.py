@@ -127,6 +127,20 @@ def test_training_through_the_server_keeps_the_engine_on_policy_after_every_push
     print(f"push seconds, 3 pushes: {seconds:.3f}; engine_gap {[row['rollout/engine_gap'] for row in rows]}")
 
 
+def test_a_pipelined_run_samples_on_the_server_one_step_behind(server, tmp_path: Path) -> None:
+    """rollout.max_staleness=1 against the server (the sampler on a host of its own): the first batch
+    at the floor, every later one sampled by the weights of the step before the one it trains, each
+    push made at the hand-off while the sampler waits."""
+    url, _ = server
+    cfg = server_config(url, 3, "http")
+    cfg.rollout.max_staleness = 1
+    cfg.optim.warmup_steps = 0  # the first update moves the weights
+    rows, _ = train(cfg, tmp_path)
+    assert [row["async/staleness"] for row in rows] == [0, 1, 1]
+    assert rows[0]["rollout/engine_gap"] < FLOOR
+    assert all(row["rollout/engine_gap"] > 1000 * FLOOR for row in rows[1:]), rows
+
+
 def test_a_server_killed_mid_run_stops_it_with_one_line_naming_the_server(server, tmp_path: Path) -> None:
     """Killed after step 1 (the shared-memory file's push, same host): step 2's generation waits
     ready_timeout for it and stops the run with one line; no hang. Last in the module: it ends the server."""
