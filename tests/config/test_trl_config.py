@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 from grpo_cli.commands.entry import register_schemas
 from grpo_cli.commands.trl_config import expand_trl_config, hydra_value
 from grpo_cli.config.dotted import flatten
+from grpo_cli.config.generation_checks import validate_generation
 from grpo_cli.config.keys import check_key
 from grpo_cli.config.schema import TrainConfig
 from grpo_cli.config.trl.convert import convert
@@ -145,14 +146,75 @@ def test_algo_trl_defaults_is_grpo_configs_defaults() -> None:
 
 
 def test_a_field_with_no_equivalent_prints_one_line_naming_it(tmp_path: Path) -> None:
-    fields = {"loss_type": "dapo", "push_to_hub": True, "vllm_server_host": "127.0.0.1", "dataloader_num_workers": 4}
+    fields = {"loss_type": "dapo", "push_to_hub": True, "vllm_group_port": 51217, "dataloader_num_workers": 4}
     overrides, printed = _expand(_write(tmp_path, fields, "grpo_config.json"))
     assert overrides == ["algo.loss_type=dapo"]
     lines = printed.splitlines()
     assert lines[1] == "  grpo train algo.loss_type=dapo"  # the equivalent command line
-    for name, why in [("push_to_hub", "Hub"), ("vllm_server_host", "server"), ("dataloader_num_workers", "DataLoader")]:
+    for name, why in [("push_to_hub", "Hub"), ("vllm_group_port", "NCCL"), ("dataloader_num_workers", "DataLoader")]:
         mine = [line for line in lines if line.startswith(f"  {name}: no equivalent in grpo: ")]
         assert len(mine) == 1 and why in mine[0], printed
+
+
+def _server_keys(cfg: TrainConfig) -> tuple[str, str, str, float]:
+    return cfg.rollout.backend, cfg.rollout.vllm.mode, cfg.rollout.vllm.server_url, cfg.rollout.vllm.ready_timeout
+
+
+def test_a_trl_server_config_runs_grpos_server_mode(tmp_path: Path) -> None:
+    """TRL's vllm_mode: server reaches grpo's server mode at the file's URL and timeout, passing
+    grpo's own check of the server keys, and tells the user which server to start: TRL's
+    `trl vllm-serve` is another server (no worker extension grpo pushes weights through)."""
+    fields = {
+        "use_vllm": True,
+        "vllm_mode": "server",
+        "vllm_server_base_url": "http://10.0.0.5:8000/",
+        "vllm_server_host": "10.9.9.9",  # TRL ignores host and port when base_url is set
+        "vllm_server_port": 9000,
+        "vllm_server_timeout": 600,
+        "vllm_group_port": 51217,
+    }
+    overrides, printed = _expand(_write(tmp_path, fields))
+    cfg = _composed(overrides)
+    assert _server_keys(cfg) == ("vllm", "server", "http://10.0.0.5:8000", 600.0)
+    validate_generation(cfg.model, cfg.data, cfg.rollout)  # what grpo train checks before loading the model
+    lines = printed.splitlines()
+    [mode_line] = [line for line in lines if line.startswith("  vllm_mode: ")]
+    assert "python -m grpo_cli.rollout.vllm_server serve" in mode_line and "trl vllm-serve" in mode_line
+    for name in ("vllm_server_host", "vllm_server_port"):
+        [line] = [line for line in lines if line.startswith(f"  {name}: ")]
+        assert "vllm_server_base_url" in line, printed
+    [group] = [line for line in lines if line.startswith("  vllm_group_port: no equivalent in grpo: ")]
+    assert "NCCL" in group
+
+
+@pytest.mark.parametrize(
+    ("address", "url"),
+    [
+        ({"vllm_server_host": "10.1.2.3", "vllm_server_port": 8001}, "http://10.1.2.3:8001"),
+        ({"vllm_server_port": 8001}, "http://127.0.0.1:8001"),  # TRL's default host 0.0.0.0: this machine
+        ({}, "http://127.0.0.1:8000"),  # TRL's defaults reach a server on this machine's port 8000
+        ({"vllm_server_host": "fe80::1"}, "http://[fe80::1]:8000"),
+        ({"vllm_server_base_url": "sampler:8000"}, "http://sampler:8000"),  # no scheme: http, as TRL's client
+    ],
+    ids=["host and port", "default host", "defaults", "IPv6", "no scheme"],
+)
+def test_trls_server_address_becomes_the_server_url(tmp_path: Path, address: dict, url: str) -> None:
+    fields = {"use_vllm": True, "vllm_mode": "server", **address}
+    cfg = _composed(_expand(_write(tmp_path, fields))[0])
+    assert _server_keys(cfg)[:3] == ("vllm", "server", url)
+    validate_generation(cfg.model, cfg.data, cfg.rollout)
+
+
+def test_a_colocate_file_still_runs_colocated(tmp_path: Path) -> None:
+    """vllm_mode: colocate is grpo's colocated engine; the server fields TRL reads only in server mode
+    set nothing and say so."""
+    fields = {"use_vllm": True, "vllm_mode": "colocate", "vllm_server_port": 9000, "vllm_server_timeout": 60}
+    overrides, printed = _expand(_write(tmp_path, fields))
+    assert overrides == ["rollout.backend=vllm", "rollout.vllm.mode=colocated"]
+    assert _server_keys(_composed(overrides)) == ("vllm", "colocated", "", 300.0)
+    for name in ("vllm_server_port", "vllm_server_timeout"):
+        [line] = [line for line in printed.splitlines() if line.startswith(f"  {name}: ")]
+        assert "vllm_mode is colocate" in line, printed
 
 
 def test_the_command_line_wins_over_the_file(tmp_path: Path) -> None:
@@ -228,6 +290,8 @@ def test_the_intervals_keep_trls_count_of_checkpoints_evaluations_and_logs(tmp_p
         ({"bf16": True, "fp16": True}, ["fp16=True sets precision='fp16', but bf16 set it to 'bf16'"]),
         ({"per_device_train_batch_size": 6}, ["per_device_train_batch_size=6", "whole groups of num_generations=8"]),
         ({"report_to": "all"}, ["report_to='all'", "tensorboard"]),
+        ({"vllm_mode": "remote"}, ["vllm_mode='remote'", "colocate, server"]),
+        ({"vllm_mode": "server", "vllm_server_port": "http"}, ["vllm_server_port='http'", "a number"]),
     ],
     ids=[
         "unknown field",
@@ -238,6 +302,8 @@ def test_the_intervals_keep_trls_count_of_checkpoints_evaluations_and_logs(tmp_p
         "two precisions",
         "groups",
         "trackers",
+        "vllm mode",
+        "server port",
     ],
 )
 def test_a_bad_file_stops_naming_the_file_and_the_field(tmp_path: Path, fields: dict, words: list[str]) -> None:

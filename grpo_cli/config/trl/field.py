@@ -13,7 +13,6 @@ from typing import Any
 from grpo_cli.config.trl import values as v
 from grpo_cli.config.trl.values import Converter, Outcome
 
-SERVER = "grpo's vLLM engine runs inside the trainer (TRL's colocate mode); there is no server to reach"
 HUB = "grpo pushes nothing to the Hub: `grpo export` writes a Hugging Face directory to upload yourself"
 
 

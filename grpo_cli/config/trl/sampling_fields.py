@@ -3,8 +3,9 @@ the table in grpo_cli/config/trl/mapping.py)."""
 
 from __future__ import annotations
 
+from grpo_cli.config.trl import server
 from grpo_cli.config.trl import values as v
-from grpo_cli.config.trl.field import SERVER, TrlField, already, none, same
+from grpo_cli.config.trl.field import TrlField, already, none, same
 
 BATCH_KEYS = ("train.prompts_per_step", "train.grad_accum_steps", "algo.mini_batches")
 ONE_PROCESS = "for one process: with N, multiply train.prompts_per_step by N"
@@ -128,7 +129,14 @@ SAMPLING: dict[str, tuple[TrlField, ...]] = {
             "true: vllm, false: hf",
             v.mapped({True: "vllm", False: "hf"}, "rollout.backend"),
         ),
-        already("vllm_mode", "colocate", "colocate", SERVER),
+        TrlField(
+            "vllm_mode",
+            "colocate",
+            ("rollout.vllm.mode", "rollout.vllm.server_url"),
+            "colocate: colocated; server: server, at the server fields' URL. Start the server with grpo's "
+            "command, not `trl vllm-serve` (docs/scaling.md#vllm-server-mode)",
+            server.vllm_mode,
+        ),
         none("vllm_model_impl", "vllm", "grpo's engine uses vLLM's own model implementation"),
         none("vllm_enable_sleep_mode", False, "grpo's engine keeps its memory between steps"),
         none(
@@ -136,11 +144,33 @@ SAMPLING: dict[str, tuple[TrlField, ...]] = {
             None,
             "grpo constrains no output; reward the format instead (reward=format)",
         ),
-        none("vllm_server_base_url", None, SERVER),
-        none("vllm_server_host", "0.0.0.0", SERVER),
-        none("vllm_server_port", 8000, SERVER),
-        none("vllm_server_timeout", 240.0, SERVER),
-        none("vllm_group_port", 51216, SERVER),
+        TrlField(
+            "vllm_server_base_url",
+            None,
+            ("rollout.vllm.server_url",),
+            "server mode only; when set, host and port are ignored (as in TRL)",
+            server.base_url,
+        ),
+        TrlField(
+            "vllm_server_host",
+            "0.0.0.0",
+            ("rollout.vllm.server_url",),
+            "server mode only: http://HOST:PORT; 0.0.0.0, TRL's listen-anywhere default, is this machine: 127.0.0.1",
+            server.host,
+        ),
+        TrlField("vllm_server_port", 8000, ("rollout.vllm.server_url",), "see vllm_server_host", server.port),
+        TrlField(
+            "vllm_server_timeout",
+            240.0,
+            ("rollout.vllm.ready_timeout",),
+            "server mode only; seconds to wait for the server to be up",
+            server.server_timeout,
+        ),
+        none(
+            "vllm_group_port",
+            51216,
+            "grpo pushes weights to the server through a shared-memory file or HTTP, with no NCCL group to open",
+        ),
         same("vllm_gpu_memory_utilization", 0.3, "rollout.vllm.gpu_memory_utilization"),
         TrlField(
             "vllm_max_model_length",
