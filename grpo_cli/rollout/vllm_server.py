@@ -277,7 +277,21 @@ class VLLMServerGenerator:
         self._send(push)
 
     def _send(self, push: dict[str, Any]) -> None:
-        """Have every worker load the weights the shared file holds (`push`: where and which)."""
+        """Have every worker load the weights the shared file holds (`push`: where and which). A
+        server down or restarting is waited for (`ready_timeout`, then a one-line GrpoError) and sent
+        the push again: under rollout.max_staleness the learner's hand-off pushes, outside any
+        generation's own retries."""
+        for _ in range(RESTARTS_PER_GENERATION):
+            try:
+                return self._load(push)
+            except ServerDown as down:
+                self.server.wait_ready(str(down))
+        raise GrpoError(
+            f"{self.server.where('the weight push')}: the server restarted {RESTARTS_PER_GENERATION} times during "
+            "one push; fix what restarts it"
+        )
+
+    def _load(self, push: dict[str, Any]) -> None:
         layout = push["layout"]
         replies = self.server.rpc("grpo_load_pushed_weights", json.dumps(push))
         for reply in replies:

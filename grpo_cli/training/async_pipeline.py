@@ -89,7 +89,8 @@ class AsyncRollouts:
     `sample(step, examples)` is the sampler's whole job for one batch (runs on its thread);
     `refresh()` gives the sampler's weights the policy's (runs on the learner's thread while the
     sampler waits); `steps` is train.steps; `cores`, when given, pins each side to its half (CPU);
-    `carry`: sampled batches travel in the state (module docstring)."""
+    `carry`: sampled batches travel in the state (module docstring), with `settings` (what decides
+    a batch: a resume under others samples them again)."""
 
     def __init__(
         self,
@@ -101,6 +102,7 @@ class AsyncRollouts:
         steps: int,
         cores: CoreSplit | None = None,
         carry: bool = True,
+        settings: str = "",
     ) -> None:
         self.sample = sample
         self.refresh = refresh
@@ -110,9 +112,11 @@ class AsyncRollouts:
         self.steps = steps  # the run's length: no batch is ordered past its last step
         self.cores = cores
         self.carry = carry
+        self.settings = settings
         self.pending: dict[int, SampledBatch] = {}  # sampled batches a checkpoint or rollback brought back
         self.changed = threading.Condition()  # guards everything below; notified on every change
         self.thread: threading.Thread | None = None
+        self.run_id = 0  # which start the running thread belongs to: a thread let go finds it changed and stops
         self.position = 0  # the learner's step: the state a checkpoint saves is the prompts' before it
         self.drawn_before: dict[int, dict[str, int]] = {}  # step -> the PromptSampler's state before its draw
         self.orders: dict[int, list[dict[str, Any]]] = {}  # ordered batches not yet sampled
@@ -120,7 +124,6 @@ class AsyncRollouts:
         self.version = 0  # the sampler's weights' version
         self.sampled_through = -1  # the last batch the sampler finished
         self.failure: BaseException | None = None  # the sampler's, raised on the learner's thread
-        self.stopping = False
         self.sampler_idle_s = 0.0  # the sampler's waiting since the learner last asked
         self.learner_idle_s = 0.0  # the learner's waiting in this step
         self.busy: list[tuple[float, float]] = []  # the sampler's (start, end) of each batch, recent ones
@@ -128,13 +131,14 @@ class AsyncRollouts:
         self.learning_since = 0.0  # when the learner got its batch
         self.overlap = 0.0  # the share of the learner's last work during which the sampler sampled
         self.unpinned: tuple[set[int], int] | None = None  # the learner thread's affinity and torch's threads before
+        self.handoff_s = 0.0  # the last hand-off's seconds: the wait for the sampler and the refresh
 
     # ---- the learner's side ----------------------------------------------------------------
     def start(self, step: int) -> None:
         """Batches step .. step + k ordered, all for the weights as they are now (version `step`)."""
         self.position = self.version = step
         self.sampled_through = step - 1
-        self.stopping, self.failure = False, None
+        self.failure = None
         self.orders.clear()
         self.ready.clear()
         self.drawn_before.clear()
@@ -149,12 +153,15 @@ class AsyncRollouts:
         while first in self.ready:
             first += 1
         self.sampled_through = first - 1
+        self.refresh()  # the sampler's weights are the policy's now, before either thread moves on
+        self.run_id += 1
         if self.cores is not None:
             self.unpinned = os.sched_getaffinity(0), torch.get_num_threads()
             os.sched_setaffinity(0, self.cores.learner)  # this thread only (Linux: 0 is the calling thread)
             if self.cores.threads is not None:
                 torch.set_num_threads(self.cores.threads)
-        self.thread = threading.Thread(target=self._run, args=(first,), name="grpo-sampler", daemon=True)
+        run = threading.Thread(target=self._run, args=(first, self.run_id), name="grpo-sampler", daemon=True)
+        self.thread = run
         self.thread.start()
 
     def take(self, step: int) -> SampledBatch:
@@ -174,11 +181,13 @@ class AsyncRollouts:
     def publish(self, version: int) -> None:
         """The policy now has `version` (steps trained): the sampler's weights take it once the last
         batch of the previous version is sampled, and the batch `version + k` is ordered."""
+        started = time.perf_counter()
         with self.changed:
-            self.overlap = self._overlap(self.learning_since, time.perf_counter())
+            self.overlap = self._overlap(self.learning_since, started)
             last = min(version - 1 + self.k, self.steps - 1)  # the last batch the previous version samples
             self.learner_idle_s += self._wait(lambda: self.sampled_through >= last)
             self.refresh()
+            self.handoff_s = time.perf_counter() - started
             self.version = version
             self.position = version
             self._order(version + self.k)
@@ -205,13 +214,15 @@ class AsyncRollouts:
         self.busy = [(a, b) for a, b in self.busy if b > start]  # older batches cannot meet later steps
         return min(shared / max(end - start, 1e-9), 1.0)
 
-    def close(self) -> None:
-        """Stop the sampler after its current batch, and give the learner's thread its cores back."""
+    def close(self, wait: bool = True) -> None:
+        """Stop the sampler and give the learner's thread its cores back. `wait` for the batch it is
+        sampling (the end of a job: it may be using the engine about to close); else let it go, its
+        batch discarded (a rollback, whose save must not wait a generation: a cluster's grace is short)."""
         thread, self.thread = self.thread, None
-        if thread is not None:
-            with self.changed:
-                self.stopping = True
-                self.changed.notify_all()
+        with self.changed:
+            self.run_id += 1  # a thread let go finds it changed: it writes nothing more and stops
+            self.changed.notify_all()
+        if thread is not None and wait:
             thread.join()
         if self.unpinned is not None:  # the next job of a multirun starts as this one did
             os.sched_setaffinity(0, self.unpinned[0])
@@ -228,17 +239,18 @@ class AsyncRollouts:
             sampled = [b for j, b in sorted(self.ready.items()) if j >= self.position] if running else []
             sampled = sampled or list(self.pending.values())
             if self.carry and all(b.rollout.environments is None for b in sampled):
-                state["sampled"] = {"max_staleness": self.k, "batches": sampled}
+                state["sampled"] = {"max_staleness": self.k, "settings": self.settings, "batches": sampled}
             return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """A resume or a rollback: the prompts go back with the batches sampled ahead (kept when they
-        were sampled at this k), and a running sampler stops (the next `take` starts it again)."""
-        self.close()
+        were sampled at this k and these settings), and a running sampler is let go (the next `take`
+        starts one again)."""
+        self.close(wait=False)
         self.prompts.load_state_dict({"epoch": state["epoch"], "position": state["position"]})
         self.drawn_before.clear()
         sampled = state.get("sampled")  # absent: written by a synchronous run, or where batches cannot travel
-        kept = sampled is not None and sampled["max_staleness"] == self.k
+        kept = sampled is not None and (sampled["max_staleness"], sampled["settings"]) == (self.k, self.settings)
         self.pending = {b.step: b for b in sampled["batches"]} if kept else {}
 
     # ---- the sampler's side --------------------------------------------------------------
@@ -250,15 +262,15 @@ class AsyncRollouts:
             del self.drawn_before[old]
         self.orders[step] = self.prompts.next_batch(self.prompts_per_step)
 
-    def _run(self, step: int) -> None:
+    def _run(self, step: int, run_id: int) -> None:
         if self.cores is not None:
             os.sched_setaffinity(0, self.cores.sampler)
         try:
             while True:
                 with self.changed:
-                    waited = self._wait(lambda j=step: self.stopping or j in self.orders, sampler=True)
+                    waited = self._wait(lambda j=step: self.run_id != run_id or j in self.orders, sampler=True)
                     self.sampler_idle_s += waited
-                    if self.stopping:
+                    if self.run_id != run_id:  # closed: stop
                         return
                     examples, version = self.orders.pop(step), self.version
                     started = self.sampling_since = time.perf_counter()
@@ -266,6 +278,8 @@ class AsyncRollouts:
                     rollout = self.sample(step, examples)
                 batch = SampledBatch(step, examples, rollout, version, time.perf_counter() - started)
                 with self.changed:
+                    if self.run_id != run_id:  # let go while sampling: the batch is no one's
+                        return
                     self.busy.append((started, time.perf_counter()))
                     self.sampling_since = None
                     self.ready[step] = batch
@@ -274,8 +288,9 @@ class AsyncRollouts:
                 step += 1
         except BaseException as err:  # noqa: BLE001 (re-raised on the learner's thread, whatever it is)
             with self.changed:
-                self.failure = err
-                self.changed.notify_all()
+                if self.run_id == run_id:  # a thread let go fails on its own: nobody waits for it
+                    self.failure = err
+                    self.changed.notify_all()
 
     def _wait(self, done: Callable[[], bool], sampler: bool = False) -> float:
         """Wait (holding `changed`) until `done()`; the seconds waited. The learner's waits raise

@@ -7,8 +7,10 @@ with their state registered in TrainState; observers only watch.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -217,12 +219,18 @@ class GRPOTrainer:
             side.generator.set_step_seed(world.sampling_seed(cfg.train.seed, step))  # its own stream, per batch
             return generate_groups(world.share(examples), side.encoder, side.generator, g)
 
-        split = split_cores(self.device, cfg.train.threads)
+        # the fast loop samples on this process's cores, a colocated engine beside it (vllm.local_rank_cores binds
+        # it the sampler's half); a server samples elsewhere, and data-parallel processes already share the cores
+        here = cfg.rollout.backend == "hf" or (cfg.rollout.vllm.mode == "colocated" and world.size == 1)
+        split = split_cores(self.device, cfg.train.threads) if here else None
         k = cfg.rollout.max_staleness
         per_step = cfg.train.prompts_per_step
         # data-parallel, each process's batches differ and the checkpoint holds the main one's state: they do not travel
         carry = world.size == 1
-        rollouts = AsyncRollouts(sample, side.refresh, self.sampler, per_step, k, cfg.train.steps, split, carry)
+        settings = json.dumps([asdict(cfg.rollout), asdict(cfg.data), per_step], sort_keys=True, default=str)
+        rollouts = AsyncRollouts(
+            sample, side.refresh, self.sampler, per_step, k, cfg.train.steps, split, carry, settings
+        )
         where = f"; {split.describe()}" if split is not None else ""
         self.diagnostics["async"] = f"rollout.max_staleness={k}: batch j sampled by the policy of step j-{k}{where}"
         return rollouts
@@ -330,6 +338,9 @@ class GRPOTrainer:
 
         self.step_index += 1
         timings = {**scored.timings, "train": t_train - t_score, "step": t_train - started}
+        if self.rollouts is not None:  # the hand-off (the wait for the sampler, its weights' refresh) on its own
+            handoff = self.rollouts.handoff_s
+            timings |= {"train": timings["train"] - handoff, "handoff": handoff}
         rollout = world.gather_rollout(rollout, self.tokenizer.pad_token_id)  # the global batch's, for the figures
         figures = adv_stats, update, rollout, lr, timings, self.diagnostics, peak_memory_mib(self.device)
         metrics = step_metrics(self.step_index, fusion, generated, *figures)
@@ -426,7 +437,8 @@ class GRPOTrainer:
             self.reward_executor.close()  # worker processes end with the job, not the interpreter
         if hasattr(self, "generator"):
             self.generator.close()  # a vLLM engine's processes too
-        for name in ("model", "learner", "generator", "reward_executor", "reward_fusion", "reward_sources"):
+        names = ("model", "learner", "generator", "reward_executor", "reward_fusion", "reward_sources")
+        for name in (*names, "rollouts", "sampler_side"):  # the sampler's weights too
             if hasattr(self, name):
                 delattr(self, name)
         if hasattr(self, "device"):

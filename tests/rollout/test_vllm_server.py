@@ -18,13 +18,14 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from grpo_cli.config.generation_checks import validate_generation
-from grpo_cli.config.schema import DataConfig, ModelConfig, RolloutConfig, TinyModelConfig, VllmConfig
+from grpo_cli.config.schema import DataConfig, ModelConfig, RolloutConfig, TinyModelConfig, TrainConfig, VllmConfig
 from grpo_cli.errors import GrpoError
 from grpo_cli.models import build_tiny_model, load_tokenizer
 from grpo_cli.rollout import make_generator
 from grpo_cli.rollout.vllm_server import VLLMServerGenerator
 from grpo_cli.rollout.vllm_worker import pulled_storage, tensor_views
 from grpo_cli.rollout.weight_sync import engine_weights
+from grpo_cli.training.pipeline import async_sampler
 
 SAMPLED = [5, 6]  # what the stand-in samples before its stop token
 
@@ -216,3 +217,31 @@ def test_the_server_is_waited_for_at_start_up_and_named(policy) -> None:
     stopped = r"127\.0\.0\.1:9: waiting for it at start-up; GET /health .*ready_timeout=0\.5s"
     with pytest.raises(GrpoError, match=stopped):
         make_generator(policy[0], policy[1], server_rollout("http://127.0.0.1:9", ready_timeout=0.5))
+
+
+def test_the_pipelines_hand_off_push_waits_for_a_server_and_names_one_that_stays_away(policy, stand_in) -> None:
+    """rollout.max_staleness: the learner's hand-off pushes outside any generation (async_sampler's
+    refresh). A server back within the wait gets the push; one that stays away stops the run with
+    one line naming it, not a traceback."""
+    cfg = TrainConfig()
+    cfg.rollout = server_rollout(stand_in.url, ready_timeout=10.0)
+    cfg.rollout.max_staleness = 1
+    generator = client(policy, cfg.rollout)
+    side = async_sampler(policy[0], policy[1], generator, cfg, context=None)
+    try:
+        side.refresh()  # version 0's push
+        port = stand_in.server.server_address[1]
+        stand_in.stop()
+        back: list[StandIn] = []
+        restarter = threading.Timer(1.0, lambda: back.append(StandIn(port)))
+        restarter.start()
+        side.refresh()  # version 1's, while the server is away
+        restarter.join()
+        assert back[0].log == ["load"] and back[0].version == generator.expected_version
+        back[0].stop()
+        generator.server.ready_timeout = 1.0
+        with pytest.raises(GrpoError) as gone:
+            side.refresh()
+        assert stand_in.url in str(gone.value) and "\n" not in str(gone.value)
+    finally:
+        generator.close()

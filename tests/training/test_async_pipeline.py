@@ -212,3 +212,22 @@ def test_ctrl_c_saves_a_pipelined_run_that_resumes_to_the_straight_run(tmp_path:
     run(small(1), interrupted)
     ours, theirs = ([untimed(row) for row in reproducible(read_metrics(d))] for d in (interrupted, straight))
     assert [row["step"] for row in ours] == [1, 2, 3, 4, 5, 6] and ours == theirs
+
+
+def test_a_resume_under_other_sampling_settings_samples_the_carried_batches_again(tmp_path: Path) -> None:
+    """Ctrl-C at step 3: the checkpoint carries the batch sampled for step 4 with G = 4. Resumed with
+    G = 2 (the user allowing the change), that batch is not trained as it is: step 4 samples again,
+    from the checkpoint's weights (staleness 0), with G = 2. Under the same settings it trains as
+    carried (staleness 1)."""
+
+    def config(g: int = 4) -> TrainConfig:
+        cfg = small(1, steps=5)
+        cfg.train.resume_allow_changes, cfg.rollout.num_generations = True, g
+        return cfg
+
+    for name, g in (("other", 2), ("same", 4)):
+        with pytest.raises(KeyboardInterrupt):
+            run(config(), tmp_path / name, InterruptAt(3))
+        run(config(g), tmp_path / name)
+    after = {name: [row["async/staleness"] for row in read_metrics(tmp_path / name)][3:] for name in ("other", "same")}
+    assert after == {"other": [0, 1], "same": [1, 1]}
