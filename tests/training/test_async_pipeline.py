@@ -120,7 +120,7 @@ def rise(rows: list[dict]) -> float:
 
 # The default task's reward rise (last 10 steps minus first 10, 300 steps) of the synchronous run on
 # seeds 0, 1, 2 (docs/benchmarks.md#asynchronous-rollouts). Pipelined runs measured 0.183-0.196 (k=1)
-# and 0.154-0.198 (k=2) on the same seeds: staleness costs the tiny default a little of its rise
+# and 0.154-0.196 (k=2) on the same seeds: staleness costs the tiny default a little of its rise
 SYNC_RISES = (0.1973, 0.2413, 0.2464)
 
 
