@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType, TracebackType
+from typing import Any
 
 import torch
 
@@ -50,8 +52,33 @@ def stopped_by(interrupt: KeyboardInterrupt) -> str:
     return "interrupted" if signum == signal.SIGINT else f"stopped by {signum.name}"
 
 
+# the signals `_raise_interrupted` raised, until the step loop handled one: Python drops an exception
+# raised while the garbage collector runs a __del__ (it prints "Exception ignored in ..." and carries
+# on), and a signal landing there would be lost; the loop raises it again at its next step (`missed`)
+_raised: list[signal.Signals] = []
+
+
 def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
+    _raised.append(signal.Signals(signum))
     raise Interrupted(signum)
+
+
+def _quiet_when_dropped(hook: Callable[[Any], None]) -> Callable[[Any], None]:
+    """sys.unraisablehook without the traceback Python prints for an Interrupted dropped inside a
+    __del__: the step loop obeys it at its next step (`missed`), and a user would read a crash."""
+
+    def quiet(unraisable: Any) -> None:
+        if not isinstance(unraisable.exc_value, Interrupted):
+            hook(unraisable)
+
+    return quiet
+
+
+def missed() -> signal.Signals | None:
+    """A signal raised and never handled (dropped inside a __del__), or None; forgotten once asked."""
+    signum = _raised[-1] if _raised else None
+    _raised.clear()
+    return signum
 
 
 @contextlib.contextmanager
@@ -108,21 +135,27 @@ class DeferredInterrupt:
             yield  # signal handlers live in the main thread; elsewhere the signals are not ours anyway
             return
         handler = self._handle if data_parallel else _raise_interrupted
-        signals = STOP_SIGNALS if data_parallel else (signal.SIGTERM,)  # Ctrl-C raises KeyboardInterrupt already
+        _raised.clear()
+        signals = STOP_SIGNALS  # Ctrl-C too: KeyboardInterrupt's own handler would leave no trace when dropped
         previous = {signum: signal.signal(signum, handler) for signum in signals}
+        unraisable = sys.unraisablehook
+        sys.unraisablehook = _quiet_when_dropped(unraisable)
         try:
             yield
         finally:
+            sys.unraisablehook = unraisable
             for signum, old in previous.items():
                 signal.signal(signum, old)  # type: ignore[arg-type]
             self._data_parallel = False
 
     def arm(self) -> None:
-        self.engaged = True
-        if self._data_parallel or not self._inside or self._previous:
-            return  # deferring already, or no block to end the deferral
-        if threading.current_thread() is threading.main_thread():
+        # the deferring handlers first, `engaged` after: a signal between the two would otherwise find
+        # the weights moving (engaged) with the raising handler still in place, be taken for a second
+        # Ctrl-C, and stop the run unsaved
+        deferring = self._data_parallel or not self._inside or self._previous  # already, or no block to end it
+        if not deferring and threading.current_thread() is threading.main_thread():
             self._previous = {signum: signal.signal(signum, self._handle) for signum in STOP_SIGNALS}
+        self.engaged = True
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.pending is not None and signum == signal.SIGINT:  # a second Ctrl-C: the user means it

@@ -55,7 +55,7 @@ from grpo_cli.training.curriculum import RewardCurriculum
 from grpo_cli.training.distributed import World, check_divisible
 from grpo_cli.training.dynamic_sampling import DynamicSampler, ScoredBatch, fit_mini_batches
 from grpo_cli.training.guards import GuardVerdict, StabilityGuard, TrainingHalted
-from grpo_cli.training.interrupt import DeferredInterrupt, Interrupted
+from grpo_cli.training.interrupt import DeferredInterrupt, Interrupted, missed
 from grpo_cli.training.layout import router_aux_coefficient, training_layout
 from grpo_cli.training.learner import build_learner
 from grpo_cli.training.metrics import environment_alert, step_metrics, step_samples, unanswered_turns_alert
@@ -386,6 +386,8 @@ class GRPOTrainer:
         cfg = self.cfg
         finished = True  # between steps the live state is the last finished step
         try:
+            if (dropped := missed()) is not None:  # a signal raised where Python dropped it: obeyed here
+                raise Interrupted(dropped)
             start = self.state.state_dict()
             self.interrupts.engaged = finished = False
             with self.interrupts:
@@ -416,6 +418,7 @@ class GRPOTrainer:
                 f"{'fix it' if isinstance(err, EnvironmentDown) else 'fix them'}, then resume"
             ) from None
         except KeyboardInterrupt:
+            missed()  # this one is handled
             if self.world.size > 1:  # saved above when agreed; else (a second Ctrl-C) the last checkpoint
                 raise
             if not finished and not self.interrupts.engaged:  # the weights never moved: undo the step

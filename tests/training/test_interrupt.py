@@ -35,6 +35,27 @@ def length_then_terminate(prompts: list[str], completions: list[str], **_: objec
     return [float(len(c)) for c in completions]
 
 
+DROP_AT_CALL = 0  # length_then_dropped_sigterm: 0 never
+
+
+class Collected:
+    """An object whose __del__ takes SIGTERM: Python drops what a __del__ raises ("Exception ignored")."""
+
+    def __del__(self) -> None:
+        handler = signal.getsignal(signal.SIGTERM)
+        if callable(handler):
+            handler(signal.SIGTERM, None)  # the handler runs inside the __del__, as a signal landing there does
+
+
+def length_then_dropped_sigterm(prompts: list[str], completions: list[str], **_: object) -> list[float]:
+    """A reward during whose call a SIGTERM lands inside a __del__ (the garbage collector's, in a real run)."""
+    global calls
+    calls += 1
+    if calls == DROP_AT_CALL:
+        Collected()  # made and collected at once
+    return [float(len(c)) for c in completions]
+
+
 def config() -> TrainConfig:
     cfg = TrainConfig()
     cfg.train.steps, cfg.train.prompts_per_step, cfg.rollout.num_generations = 4, 4, 4
@@ -169,3 +190,36 @@ def test_a_second_sigterm_while_the_rolled_back_step_is_saved_keeps_the_checkpoi
     monkeypatch.setattr(THIS, "TERMINATE_AT_CALL", 0)
     run(tmp_path)
     assert reproducible(read_metrics(tmp_path)) == straight
+
+
+@pytest.mark.usefixtures("sigterm_fails_the_test")
+def test_a_sigterm_dropped_inside_a_del_is_obeyed_at_the_next_step(
+    tmp_path: Path, straight: list[dict], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Python drops an exception raised while a __del__ runs: a SIGTERM landing there (while step 3
+    is scored) would be lost and the run would go on to its end. The step finishes, and the next one
+    obeys it: step 3 saved, then the resume trains what the straight run did."""
+    monkeypatch.setattr(THIS, "calls", 0)
+    monkeypatch.setattr(THIS, "DROP_AT_CALL", 3)
+    cfg = config()
+    cfg.reward.functions[0].target = f"{__name__}:length_then_dropped_sigterm"
+    trainer = GRPOTrainer(cfg, tmp_path, [MetricsFile(tmp_path / "metrics.jsonl")])
+    trainer.setup()
+    try:
+        with pytest.raises(Interrupted) as stop:
+            trainer.train()
+    finally:
+        trainer.observers[-1].close()
+        trainer.cleanup()
+    assert stop.value.signum == signal.SIGTERM
+    assert checkpoints(tmp_path) == ["step_000003"]
+    assert [row["step"] for row in read_metrics(tmp_path)] == [1, 2, 3]
+    monkeypatch.setattr(THIS, "DROP_AT_CALL", 0)
+    trainer = GRPOTrainer(cfg, tmp_path, [MetricsFile(tmp_path / "metrics.jsonl")])
+    trainer.setup()
+    try:
+        trainer.train()
+    finally:
+        trainer.observers[-1].close()
+        trainer.cleanup()
+    assert reproducible(read_metrics(tmp_path)) == [{**row} for row in straight]
