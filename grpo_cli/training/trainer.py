@@ -321,15 +321,7 @@ class GRPOTrainer:
             )
         else:  # dynamic sampling found no group with a signal: nothing to learn from, the weights stay
             update = UpdateTotals().stats(self.learner.collective, with_kl=self.learner.reference is not None)
-        if update.optimizer_steps:
-            if self.checkpoints.sharded:  # distributed.strategy=fsdp: the whole module samples and saves
-                gather_into(self.learner.model, self.model)
-            if not self.state_logged:  # the first update of this process: the optimizer state now exists
-                self.log_training_state()
-            if self.rollouts is None:
-                self.generator.weights_updated()  # a generator with its own copy of the weights (vLLM) refreshes it
-        if self.rollouts is not None:  # the sampler takes this version once done with the last batch of the previous
-            self.rollouts.publish(self.step_index + 1)
+        self.share_weights(moved=update.optimizer_steps > 0)
         trim_kept_memory()  # train.cpu_heap=auto: kept memory past its bound goes back (cpu_heap)
         t_train = time.perf_counter()
         self.interrupts.arm()  # even when every update was skipped: the step's outcome is final now
@@ -356,6 +348,20 @@ class GRPOTrainer:
         alerts += [line for line in env_alerts if line is not None]
         events = [phase] if phase is not None else []
         return StepResult(self.step_index, metrics, samples, alerts, fusion.per_function, fusion.fused, events)
+
+    def share_weights(self, moved: bool) -> None:
+        """After the update (`moved`: it applied one): the whole module gathered (fsdp), the training
+        state logged once, and whatever samples next given the weights: a generator's own copy (vLLM,
+        the bf16 copy), or the asynchronous sampler at its hand-off, which counts every step."""
+        if moved:
+            if self.checkpoints.sharded:  # distributed.strategy=fsdp: the whole module samples and saves
+                gather_into(self.learner.model, self.model)
+            if not self.state_logged:  # the first update of this process: the optimizer state now exists
+                self.log_training_state()
+            if self.rollouts is None:
+                self.generator.weights_updated()  # a generator with its own copy of the weights (vLLM) refreshes it
+        if self.rollouts is not None:  # the sampler takes this version once done with the last batch of the previous
+            self.rollouts.publish(self.step_index + 1)
 
     @torch.no_grad()
     def evaluate(self, limit: int = EVAL_PROMPTS) -> dict[str, float]:

@@ -66,8 +66,9 @@ def config() -> TrainConfig:
     return cfg
 
 
-def run(run_dir: Path, *observers: object) -> GRPOTrainer:
-    trainer = GRPOTrainer(config(), run_dir, [*observers, MetricsFile(run_dir / "metrics.jsonl")])
+def run(run_dir: Path, *observers: object, cfg: TrainConfig | None = None) -> GRPOTrainer:
+    cfg = cfg if cfg is not None else config()
+    trainer = GRPOTrainer(cfg, run_dir, [*observers, MetricsFile(run_dir / "metrics.jsonl")])
     trainer.setup()
     try:
         trainer.train()
@@ -203,23 +204,11 @@ def test_a_sigterm_dropped_inside_a_del_is_obeyed_at_the_next_step(
     monkeypatch.setattr(THIS, "DROP_AT_CALL", 3)
     cfg = config()
     cfg.reward.functions[0].target = f"{__name__}:length_then_dropped_sigterm"
-    trainer = GRPOTrainer(cfg, tmp_path, [MetricsFile(tmp_path / "metrics.jsonl")])
-    trainer.setup()
-    try:
-        with pytest.raises(Interrupted) as stop:
-            trainer.train()
-    finally:
-        trainer.observers[-1].close()
-        trainer.cleanup()
+    with pytest.raises(Interrupted) as stop:
+        run(tmp_path, cfg=cfg)
     assert stop.value.signum == signal.SIGTERM
     assert checkpoints(tmp_path) == ["step_000003"]
     assert [row["step"] for row in read_metrics(tmp_path)] == [1, 2, 3]
     monkeypatch.setattr(THIS, "DROP_AT_CALL", 0)
-    trainer = GRPOTrainer(cfg, tmp_path, [MetricsFile(tmp_path / "metrics.jsonl")])
-    trainer.setup()
-    try:
-        trainer.train()
-    finally:
-        trainer.observers[-1].close()
-        trainer.cleanup()
-    assert reproducible(read_metrics(tmp_path)) == [{**row} for row in straight]
+    run(tmp_path, cfg=cfg)
+    assert reproducible(read_metrics(tmp_path)) == straight
