@@ -15,7 +15,7 @@ from typing import Any
 
 from grpo_cli.config.checks import check_choice, fail
 from grpo_cli.config.group_keys import check_group_keys
-from grpo_cli.config.schema import ENVIRONMENTS, DataConfig, EnvConfig, RolloutConfig, TrainConfig
+from grpo_cli.config.schema import ENVIRONMENTS, TOKEN_MODES, DataConfig, EnvConfig, RolloutConfig, TrainConfig
 from grpo_cli.errors import GrpoError
 
 CODE_TEST_COLUMNS = ("test", "test_list", "io")  # what env=code_feedback runs (one of them per row)
@@ -38,6 +38,17 @@ def validate_env(env: EnvConfig) -> None:
         fail("env.max_observation_tokens", env.max_observation_tokens, "must be at least 1")
     if env.timeout_s <= 0:
         fail("env.timeout_s", env.timeout_s, "must be > 0")
+    check_choice("env.token_mode", env.token_mode, TOKEN_MODES)
+    if env.name == "agent":
+        if (env.agent is None) == (env.command is None):
+            fail(
+                "env.agent",
+                env.agent,
+                "env=agent runs one harness per episode: set env.agent=FILE.py:FUNCTION (a Python function "
+                "run(base_url, api_key, row)) or env.command='...' (any program), one of the two",
+            )
+        if env.request_timeout_s <= 0:
+            fail("env.request_timeout_s", env.request_timeout_s, "must be > 0")
 
 
 def check_environment_data(env: EnvConfig, tool_names: list[str], examples: list[dict[str, Any]]) -> None:

@@ -51,9 +51,10 @@ READ_BY: dict[str, tuple[str, dict[str, tuple[str, ...]]]] = {
             "target": ("custom", "trl"),
             "tools": ("tools",),
             "kwargs": ("custom",),
+            **dict.fromkeys(("agent", "command", "request_timeout_s"), ("agent",)),
             **dict.fromkeys(
-                ("max_turns", "max_tokens", "max_observation_tokens", "timeout_s"),
-                ("code_feedback", "calculator", "trl", "tools", "custom"),
+                ("max_turns", "max_tokens", "max_observation_tokens", "timeout_s", "token_mode"),
+                ("code_feedback", "calculator", "trl", "tools", "custom", "agent"),
             ),
         },
     ),

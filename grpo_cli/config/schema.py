@@ -25,7 +25,7 @@ from grpo_cli.config.sections.algo import (
     VespoConfig,
 )
 from grpo_cli.config.sections.data import LONG_PROMPT_POLICIES, DataConfig
-from grpo_cli.config.sections.env import ENVIRONMENTS, EnvConfig
+from grpo_cli.config.sections.env import ENVIRONMENTS, TOKEN_MODES, EnvConfig
 from grpo_cli.config.sections.model import LoraConfig, ModelConfig, TinyModelConfig
 from grpo_cli.config.sections.monitor import CONSOLES, TRACKERS, EvalMetricsConfig, MonitorConfig
 from grpo_cli.config.sections.reward import (
@@ -80,6 +80,7 @@ __all__ = [
     "SAMPLING_WEIGHTS",
     "SPLITS",
     "STRATEGIES",
+    "TOKEN_MODES",
     "TRACKERS",
     "AdaptiveClipConfig",
     "AdaptiveEntropyConfig",

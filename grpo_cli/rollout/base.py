@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import torch
@@ -11,6 +11,20 @@ import torch
 # (tokens sampled so far by the longest completion, rollout.max_new_tokens): called while sampling,
 # for a progress display (a real model's first step takes minutes)
 TokenProgress = Callable[[int, int], None]
+
+
+@dataclass
+class Fork:
+    """A later training row of a multi-turn episode (env.token_mode=fork | per_turn): the model's next
+    turn was given ids (`prompt`) that do not extend the episode's row so far, e.g. a chat template
+    that drops earlier reasoning. It trains with its episode's advantage; its tokens count in the
+    episode's length."""
+
+    episode: int  # the Rollout row (the episode's main row) it belongs to
+    prompt: list[int]  # every id the model was given before the row's first turn
+    tokens: list[int]  # what followed, the model's and the environment's
+    sampled: list[int]  # 1 on the model's tokens
+    engine_logps: list[float]  # the sampler's log-probs of the model's tokens (0 elsewhere)
 
 
 @dataclass
@@ -38,6 +52,14 @@ class Rollout:
     # each row's environment instance (env=trl: the user's class), live objects for the rewards that name
     # TRL's `environments` keyword; never written to a file
     environments: list[Any] | None = None
+    forks: list[Fork] | None = None  # rows after each episode's first (env.token_mode): trained, not scored
+
+    def fork_counts(self) -> list[int]:
+        """Each row's tokens the model sampled in its episode's later rows (0 without forks)."""
+        counts = [0] * len(self.texts)
+        for fork in self.forks or []:
+            counts[fork.episode] += sum(fork.sampled)
+        return counts
 
     @property
     def model_mask(self) -> torch.Tensor:
@@ -46,8 +68,10 @@ class Rollout:
 
     @property
     def lengths(self) -> torch.Tensor:
-        """Tokens the model sampled per row (EOS included): the lengths rewards and metrics read."""
-        return self.model_mask.sum(-1)
+        """Tokens the model sampled per episode (EOS included, its later rows' too): the lengths rewards
+        and metrics read."""
+        lengths = self.model_mask.sum(-1)
+        return lengths if self.forks is None else lengths + torch.tensor(self.fork_counts(), device=lengths.device)
 
     def select(self, rows: torch.Tensor, group_size: int) -> Rollout:
         """These rows only (whole groups, or one group of them), e.g. a batch without a group."""
@@ -64,12 +88,23 @@ class Rollout:
             [self.messages[i] for i in rows.tolist()] if self.messages is not None else None,
             {k: [v[i] for i in rows.tolist()] for k, v in self.env_columns.items()} if self.env_columns else None,
             [self.environments[i] for i in rows.tolist()] if self.environments is not None else None,
+            self._selected_forks(rows.tolist()),
         )
+
+    def _selected_forks(self, rows: list[int]) -> list[Fork] | None:
+        if self.forks is None:
+            return None
+        new = {old: i for i, old in enumerate(rows)}
+        kept = [replace(f, episode=new[f.episode]) for f in self.forks if f.episode in new]
+        return kept or None
 
     def token_lists(self) -> list[list[int]]:
         """Each completion's sampled token ids without padding (EOS kept): what diversity is measured on."""
         ids, keep = self.completion_ids.tolist(), self.model_mask.tolist()
-        return [[t for t, k in zip(row, m) if k] for row, m in zip(ids, keep)]
+        lists = [[t for t, k in zip(row, m) if k] for row, m in zip(ids, keep)]
+        for fork in self.forks or []:
+            lists[fork.episode] += [t for t, k in zip(fork.tokens, fork.sampled) if k]
+        return lists
 
 
 class Generator(Protocol):
@@ -164,7 +199,17 @@ def concat_rollouts(parts: list[Rollout], pad_token_id: int) -> Rollout:
         if parts[0].env_columns is not None
         else None,
         [e for r in parts for e in r.environments] if parts[0].environments is not None else None,
+        _concat_forks(parts),
     )
+
+
+def _concat_forks(parts: list[Rollout]) -> list[Fork] | None:
+    """Several parts' forks, each pointing at its episode's row in the whole."""
+    forks, offset = [], 0
+    for part in parts:
+        forks += [replace(f, episode=f.episode + offset) for f in part.forks or []]
+        offset += len(part.texts)
+    return forks or None
 
 
 def _concat_columns(parts: list[dict[str, list[Any]]], rows: list[int]) -> dict[str, list[Any]]:

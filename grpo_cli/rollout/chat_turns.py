@@ -107,24 +107,26 @@ def observation_text(
     """The text that follows a model turn which ended with its EOS: the end of that turn as the
     template writes it (less the EOS the model sampled), the environment's messages, and the opening
     of the next assistant turn, rendered with the prompt's `template_kwargs` (data.chat_template_kwargs)
-    so that a later turn opens as the first did. Without a chat template (plain prompts): each
-    message's content on lines of its own."""
+    so that a later turn opens as the first did. It is cut from a fixed conversation's rendering after
+    its assistant's content, so a template that rewrites earlier turns (Qwen3's drops their reasoning)
+    works too: under env.token_mode=append the model's own tokens stay as sampled. Without a chat
+    template (plain prompts): each message's content on lines of its own."""
     if not chat:
         return "".join(f"\n{message['content']}\n" for message in observation)
     extra = template_kwargs or {}
-    base = tokenizer.apply_chat_template(_PROBE, tokenize=False, **extra)
     full = tokenizer.apply_chat_template([*_PROBE, *observation], tokenize=False, add_generation_prompt=True, **extra)
-    end = base.find(_PROBE[1]["content"]) + len(_PROBE[1]["content"])
-    if not full.startswith(base) or end < len(_PROBE[1]["content"]):
+    marker = _PROBE[1]["content"]
+    end = full.find(marker)
+    if end < 0:
         raise GrpoError(
-            "the chat template does not render a conversation's first turns as the start of the longer "
-            "conversation, so the text between turns cannot be cut out of it; multi-turn rollouts need such a "
-            "template (ChatML and most others are)"
+            "the chat template does not write an assistant message's content as it is, so the text between "
+            "turns cannot be cut out of its rendering; multi-turn rollouts need such a template (ChatML and "
+            "most others are)"
         )
-    closing = base[end:]
-    if eos_text and closing.startswith(eos_text):  # the model sampled that part already
-        closing = closing[len(eos_text) :]
-    return closing + full[len(base) :]
+    after = full[end + len(marker) :]
+    if eos_text and after.startswith(eos_text):  # the model sampled that part already
+        after = after[len(eos_text) :]
+    return after
 
 
 def parse_tool_calls(text: str) -> list[dict[str, Any]]:

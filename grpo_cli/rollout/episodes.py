@@ -30,7 +30,7 @@ from grpo_cli.bounded_calls import call_all
 from grpo_cli.config.schema import EnvConfig, RolloutConfig, SandboxConfig
 from grpo_cli.environments import ENV_ERROR, EnvironmentSpec, load_environment, trajectory_tokens
 from grpo_cli.errors import GrpoError
-from grpo_cli.rollout.base import Generator, Rollout, TokenProgress, padded
+from grpo_cli.rollout.base import Fork, Generator, Rollout, TokenProgress, padded
 from grpo_cli.rollout.chat_turns import observation_text, tool_schemas
 from grpo_cli.rollout.prompts import PromptEncoder
 
@@ -40,14 +40,24 @@ ENV_TURNS = "env_turns"  # the column of model turns per trajectory
 
 
 @dataclass
-class Trajectory:
-    """One row's turns so far: the ids after the prompt and which of them the model sampled."""
+class TokenRow:
+    """One training row of an episode: the ids the model was given before the row's first turn
+    (`prompt`), then every id after them, with which ones the model sampled."""
 
-    env: Any
-    prompt_len: int = 0  # the prompt's tokens, which the model's context must hold too
+    prompt: list[int]
     tokens: list[int] = field(default_factory=list)
     sampled: list[int] = field(default_factory=list)  # 1: the model's token, 0: the environment's
     engine_logps: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Trajectory:
+    """One episode's turns so far, as training rows: one row under env.token_mode=append; under fork
+    and per_turn a later turn whose context does not extend the row's ids opens another (`continue_from`)."""
+
+    env: Any
+    rows: list[TokenRow] = field(default_factory=list)  # rows[0]: the episode's main row, from the data prompt
+    prompt: Any = None  # the data prompt (a reset's text added): what token_mode=fork re-renders the history after
     messages: list[dict[str, Any]] = field(default_factory=list)
     text: str = ""  # the last model turn, what the rewards score
     turns: int = 0
@@ -56,10 +66,37 @@ class Trajectory:
     error: str | None = None
     final: tuple[dict[str, Any], float | None] = ({}, None)  # the environment's columns and reward, at the end
 
+    def start(self, prompt: list[int]) -> None:
+        self.rows = [TokenRow(list(prompt))]
+
+    @property
+    def prompt_len(self) -> int:
+        """The data prompt's tokens: the budget (env.max_tokens) counts what comes after them."""
+        return len(self.rows[0].prompt)
+
+    def context(self) -> list[int]:
+        """What the model is given for its next turn under append: the current row's ids."""
+        return self.rows[-1].prompt + self.rows[-1].tokens
+
+    def used(self) -> int:
+        """The budget's tokens spent: the current context past the data prompt."""
+        return len(self.rows[-1].prompt) + len(self.rows[-1].tokens) - self.prompt_len
+
+    def continue_from(self, context: list[int], new_row: bool = False) -> None:
+        """The model's next turn samples from `context`, every id it is given. When `context` starts
+        with the current row's ids, the rest is appended as context (not trained on); otherwise (a
+        template that rewrote the history, or `new_row`) a new training row opens on it."""
+        current = self.context()
+        if not new_row and context[: len(current)] == current:
+            self.add(context[len(current) :], sampled=False)
+        else:
+            self.rows.append(TokenRow(list(context)))
+
     def add(self, ids: list[int], sampled: bool, logps: list[float] | None = None) -> None:
-        self.tokens += ids
-        self.sampled += [int(sampled)] * len(ids)
-        self.engine_logps += logps if logps is not None else [0.0] * len(ids)
+        row = self.rows[-1]
+        row.tokens += ids
+        row.sampled += [int(sampled)] * len(ids)
+        row.engine_logps += logps if logps is not None else [0.0] * len(ids)
 
     def fail(self, what: str, why: str) -> None:
         self.error, self.done = f"{what}: {why}", True
@@ -86,6 +123,7 @@ class EpisodeGenerator:
         self.max_tokens = trajectory_tokens(env, max_new_tokens)
         self.pad_id = tokenizer.pad_token_id
         self._engine_logps = False
+        self._encoder: PromptEncoder | None = None  # the run's, for token_mode=fork's renderings
         self._warned_long = False  # a reset's text took a prompt past the budget, under truncate_left
 
     # ---- the Generator protocol, passed on --------------------------------------------------
@@ -137,20 +175,22 @@ class EpisodeGenerator:
         prompt_ids, prompt_mask = first.prompt_ids, first.prompt_mask
         prompt_lists = [ids[mask.bool()].tolist() for ids, mask in zip(prompt_ids, prompt_mask)]
         chat = [isinstance(p, list) for p in prompts]
-        for trajectory, ids in zip(trajectories, prompt_lists):
-            trajectory.prompt_len = len(ids)
+        for trajectory, ids, prompt in zip(trajectories, prompt_lists, prompts):
+            trajectory.start(ids)
+            trajectory.prompt = prompt
+        self._encoder = encoder  # token_mode=fork renders each later turn's context with it
         self._take_turn(trajectories, list(range(len(rows))), first, chat)
         while True:
             active = [i for i, t in enumerate(trajectories) if not t.done]
             if not active:
                 break
-            contexts = [torch.tensor(prompt_lists[i] + trajectories[i].tokens, dtype=torch.long) for i in active]
+            contexts = [torch.tensor(trajectories[i].context(), dtype=torch.long) for i in active]
             ids, mask = padded(contexts, self.pad_id, "left"), padded([torch.ones_like(c) for c in contexts], 0, "left")
             device = prompt_ids.device
             turn = self.inner.generate(ids.to(device), mask.to(device), 1, greedy=greedy)
             self._take_turn(trajectories, active, turn, chat)
         self._finish(trajectories)
-        return self._rollout(trajectories, prompt_ids, prompt_mask, g)
+        return trajectories_rollout(trajectories, prompt_ids, prompt_mask, g, self.pad_id, self._engine_logps)
 
     def _reset_call(self, trajectory: Trajectory, row: dict[str, Any]) -> Callable[[], Any]:
         if trajectory.error is not None:
@@ -196,13 +236,12 @@ class EpisodeGenerator:
         ids, mask = encoder(prompts)
         return self.inner.generate(ids, mask, 1, greedy=greedy)
 
-    def _room(self, trajectory: Trajectory, added: int) -> bool:
-        """Whether `added` more tokens and then a whole model turn fit the model's context, and the
-        budget has a token left for that turn."""
-        total = len(trajectory.tokens) + added
-        if total >= self.max_tokens:
+    def _room(self, trajectory: Trajectory, context: int) -> bool:
+        """Whether a next turn's `context` (its length in tokens) and then a whole model turn fit the
+        model's context, and the budget (what follows the data prompt) has a token left for that turn."""
+        if context - trajectory.prompt_len >= self.max_tokens:
             return False
-        return self.context is None or trajectory.prompt_len + total + self.max_new_tokens <= self.context
+        return self.context is None or context + self.max_new_tokens <= self.context
 
     def _take_turn(self, trajectories: list[Trajectory], active: list[int], turn: Rollout, chat: list[bool]) -> None:
         """Each active row's new model turn, then (all rows at once) its environment's answer."""
@@ -210,7 +249,7 @@ class EpisodeGenerator:
         self._engine_logps = turn.engine_logps is not None  # vLLM: the engine's log-probs, kept per token
         for k, i in enumerate(active):
             t = trajectories[i]
-            room = self.max_tokens - len(t.tokens)
+            room = self.max_tokens - t.used()
             ids = turn.completion_ids[k, : lengths[k]].tolist()[:room]
             logps = turn.engine_logps[k, : len(ids)].tolist() if turn.engine_logps is not None else None
             t.add(ids, sampled=True, logps=logps)
@@ -243,14 +282,24 @@ class EpisodeGenerator:
             t.fail("step", f"returned {type(observation).__name__}: expected a str, a list of messages or None")
             return
         messages = [self._cut(m) for m in messages]
-        eos_text = self.tokenizer.decode(t.tokens[-1:], skip_special_tokens=False)
-        text = observation_text(self.tokenizer, messages, chat, eos_text, self.chat_template_kwargs)
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        if not self._room(t, len(ids)):
+        context = self._next_context(t, messages, chat)
+        if not self._room(t, len(context)):
             t.truncated = t.done = True  # no room for the answer and a turn: the trajectory ends at the model's turn
             return
-        t.add(ids, sampled=False)
+        t.continue_from(context, new_row=self.cfg.token_mode == "per_turn")
         t.messages += messages
+
+    def _next_context(self, t: Trajectory, messages: list[dict[str, Any]], chat: bool) -> list[int]:
+        """The ids the next model turn samples from (env.token_mode). append: the row's ids, then the
+        template's text between the turn and the next (only that is tokenized), so the model keeps its
+        own tokens and whatever the template would rewrite. fork and per_turn: the whole conversation as
+        the chat template renders it, as the model sees it at inference (a Qwen3-style template drops
+        earlier reasoning). A plain-text prompt has no template to re-render: its context appends."""
+        if self.cfg.token_mode == "append" or not chat:
+            eos_text = self.tokenizer.decode(t.rows[-1].tokens[-1:], skip_special_tokens=False)
+            text = observation_text(self.tokenizer, messages, chat, eos_text, self.chat_template_kwargs)
+            return t.context() + self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return self._encoder.token_ids([*t.prompt, *t.messages, *messages])
 
     def _cut(self, message: dict[str, Any]) -> dict[str, Any]:
         """A message whose content is over env.max_observation_tokens keeps its first tokens."""
@@ -281,38 +330,53 @@ class EpisodeGenerator:
 
         return final
 
-    def _rollout(
-        self, trajectories: list[Trajectory], prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, g: int
-    ) -> Rollout:
-        def right(rows: list[list[Any]], dtype: torch.dtype, fill: float) -> torch.Tensor:
-            return padded([torch.tensor(row, dtype=dtype) for row in rows], fill, width=1)  # one column at least
 
-        ids = right([t.tokens for t in trajectories], torch.long, self.pad_id)
-        real = right([[1] * len(t.tokens) for t in trajectories], torch.long, 0)
-        sampled = right([t.sampled for t in trajectories], torch.long, 0)
-        logps = right([t.engine_logps for t in trajectories], torch.float32, 0.0)
-        finals = [t.final for t in trajectories]
-        names = list(dict.fromkeys(name for columns, _ in finals for name in columns))
-        columns: dict[str, list[Any]] = {name: [c.get(name) for c, _ in finals] for name in names}
-        columns[ENV_REWARD] = [reward for _, reward in finals]
-        columns[ENV_ERROR] = [t.error for t in trajectories]
-        columns[ENV_TURNS] = [t.turns for t in trajectories]
-        device = prompt_ids.device
-        engine = self._engine_logps
-        return Rollout(
-            prompt_ids,
-            prompt_mask,
-            ids.to(device),
-            real.to(device),
-            torch.tensor([t.truncated for t in trajectories], device=device),
-            [t.text for t in trajectories],
-            g,
-            logps.to(device) if engine else None,
-            sampled.to(device),
-            [t.messages for t in trajectories],
-            columns,
-            [getattr(t.env, "obj", t.env) for t in trajectories],  # a TRL class's instance, not its adapter
-        )
+def trajectories_rollout(
+    trajectories: list[Trajectory],
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    group_size: int,
+    pad_id: int,
+    engine_logps: bool,
+) -> Rollout:
+    """The Rollout of finished trajectories: each episode's main row (its first) as the row of its
+    group, the rows a fork opened after it as `Rollout.forks`, and the environments' columns."""
+
+    def right(rows: list[list[Any]], dtype: torch.dtype, fill: float) -> torch.Tensor:
+        return padded([torch.tensor(row, dtype=dtype) for row in rows], fill, width=1)  # one column at least
+
+    mains = [t.rows[0] for t in trajectories]
+    ids = right([r.tokens for r in mains], torch.long, pad_id)
+    real = right([[1] * len(r.tokens) for r in mains], torch.long, 0)
+    sampled = right([r.sampled for r in mains], torch.long, 0)
+    logps = right([r.engine_logps for r in mains], torch.float32, 0.0)
+    forks = [
+        Fork(i, row.prompt, row.tokens, row.sampled, row.engine_logps)
+        for i, t in enumerate(trajectories)
+        for row in t.rows[1:]
+    ]
+    finals = [t.final for t in trajectories]
+    names = list(dict.fromkeys(name for columns, _ in finals for name in columns))
+    columns: dict[str, list[Any]] = {name: [c.get(name) for c, _ in finals] for name in names}
+    columns[ENV_REWARD] = [reward for _, reward in finals]
+    columns[ENV_ERROR] = [t.error for t in trajectories]
+    columns[ENV_TURNS] = [t.turns for t in trajectories]
+    device = prompt_ids.device
+    return Rollout(
+        prompt_ids,
+        prompt_mask,
+        ids.to(device),
+        real.to(device),
+        torch.tensor([t.truncated for t in trajectories], device=device),
+        [t.text for t in trajectories],
+        group_size,
+        logps.to(device) if engine_logps else None,
+        sampled.to(device),
+        [t.messages for t in trajectories],
+        columns,
+        [getattr(t.env, "obj", t.env) for t in trajectories],  # a TRL class's instance, not its adapter
+        forks or None,
+    )
 
 
 def with_prompt_text(prompt: Any, added: str | None) -> Any:
@@ -343,6 +407,10 @@ def with_environment(
     spec = load_environment(env, sandbox)
     if spec is None:
         return generator, None
+    if env.name == "agent":  # the harness's requests, served by an endpoint (rollout/agent_episodes.py)
+        from grpo_cli.rollout.agent_episodes import agent_generator
+
+        return agent_generator(generator, tokenizer, spec, env, rollout, context, encoder.chat_template_kwargs)
     schemas = tool_schemas(spec.tools)
     encoder.offer_tools(schemas)
     episodes = EpisodeGenerator(

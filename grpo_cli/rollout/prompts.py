@@ -61,6 +61,12 @@ class PromptEncoder:
         texts, special = self._texts(prompts)
         return [len(ids) for ids in self.tokenizer(texts, add_special_tokens=special)["input_ids"]]
 
+    def token_ids(self, prompt: Any) -> list[int]:
+        """One prompt's ids, whole (no budget cut): a later turn's conversation as the template renders
+        it (env.token_mode=fork), which the episode's budget bounds instead."""
+        texts, special = self._texts([prompt])
+        return self.tokenizer(texts[0], add_special_tokens=special)["input_ids"]
+
     def __call__(self, prompts: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
         texts, special = self._texts(prompts)
         enc = self.tokenizer(texts, padding=True, return_tensors="pt", add_special_tokens=special)

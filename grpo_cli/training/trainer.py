@@ -23,9 +23,8 @@ from grpo_cli.config.train_checks import validate
 from grpo_cli.core.advantages import group_advantages
 from grpo_cli.core.clip import AdaptiveClip
 from grpo_cli.core.entropy import AdaptiveEntropy
-from grpo_cli.core.loss import completion_loss_mask
 from grpo_cli.core.precision import effective_precision, weights_dtype
-from grpo_cli.core.update import UpdateBatch, policy_update
+from grpo_cli.core.update import policy_update
 from grpo_cli.core.update_stats import UpdateTotals
 from grpo_cli.cpu_heap import keep_freed_memory, trim_kept_memory
 from grpo_cli.data import PromptSampler, check_prompts_per_step, load_examples, split_examples
@@ -54,6 +53,7 @@ from grpo_cli.training.checkpointing import Policy, RunCheckpoints
 from grpo_cli.training.curriculum import RewardCurriculum
 from grpo_cli.training.distributed import World, check_divisible
 from grpo_cli.training.dynamic_sampling import DynamicSampler, ScoredBatch, fit_mini_batches
+from grpo_cli.training.episode_rows import update_batch
 from grpo_cli.training.guards import GuardVerdict, StabilityGuard, TrainingHalted
 from grpo_cli.training.interrupt import DeferredInterrupt, Interrupted, missed
 from grpo_cli.training.layout import router_aux_coefficient, training_layout
@@ -305,13 +305,14 @@ class GRPOTrainer:
         advantages, adv_stats = group_advantages(rewards, g, cfg.algo.scale_rewards)
 
         scores = world.rows(rewards).to(self.device)  # NaN: unscorable, out of the loss
-        loss_mask = completion_loss_mask(rollout.model_mask, rollout.truncated, scores, cfg.algo.mask_truncated)
+        advantages_here, pad = world.rows(advantages).to(self.device), self.tokenizer.pad_token_id
+        rows = update_batch(rollout, advantages_here, scores, cfg.algo.mask_truncated, pad)  # env.token_mode's rows
         lr = self.learner.schedule_step(self.step_index)  # by step index, as the curriculum's weights
         epsilons = self.clip.epsilons(nanmean(raw))  # adaptive clipping: this batch against the last ones
         if scored.trains:
             update = policy_update(
                 self.learner,
-                UpdateBatch(rollout, world.rows(advantages).to(self.device), loss_mask),
+                rows,
                 fit_mini_batches(cfg.algo, len(batch) // world.size),  # a short batch may hold fewer groups
                 self.update_settings,
                 epsilons=epsilons,

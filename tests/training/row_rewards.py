@@ -16,3 +16,12 @@ def unscorable_first_prompt(
         None if unscorable and prompt == prompts[0] else float(sum(map(ord, text)) % 7)
         for prompt, text in zip(prompts, completions)
     ]
+
+
+def by_position(prompts: list[str], completions: list[str], **columns: object) -> list[float]:
+    """A score that differs within every group whatever the completions: the row's position.
+
+    >>> by_position(["a", "a"], ["x", "x"])
+    [0.0, 1.0]
+    """
+    return [float(i) for i in range(len(completions))]
