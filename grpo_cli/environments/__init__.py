@@ -125,6 +125,10 @@ def load_environment(env: EnvConfig, sandbox: SandboxConfig) -> EnvironmentSpec 
         raise GrpoError(f"env={env.name} needs env.target=module:Class (the environment class)")
     if env.name == "tools" and not env.tools:
         raise GrpoError("env=tools needs env.tools=[module:function,...] (the tool functions)")
+    if env.name == "agent":  # the user's harness drives the episode: no environment object, no tools
+        from grpo_cli.environments.agent import load_harness
+
+        return EnvironmentSpec(f"agent {load_harness(env).name}", lambda: None, [])
     if env.name == "calculator":
         spec = EnvironmentSpec("calculator", CalculatorEnvironment, CalculatorEnvironment().tools, TOOL_COLUMNS)
     elif env.name == "code_feedback":

@@ -14,6 +14,7 @@ from grpo_cli.rewards.code.static_rewards import code_compiles, code_similarity,
 from grpo_cli.rewards.environment import code_feedback_final, code_feedback_improvement, env_reward
 from grpo_cli.rewards.math_answer import math_answer
 from grpo_cli.rewards.structure import overlong, repetition, think_answer_format
+from grpo_cli.rewards.tool_use import tool_call
 
 __all__ = [
     "BUILTIN_REWARDS",
@@ -29,6 +30,7 @@ __all__ = [
     "overlong",
     "repetition",
     "think_answer_format",
+    "tool_call",
 ]
 
 BUILTIN_REWARDS: dict[str, Callable[..., list[float | None]]] = {
@@ -49,4 +51,5 @@ BUILTIN_REWARDS: dict[str, Callable[..., list[float | None]]] = {
     "env_reward": env_reward,
     "code_feedback_final": code_feedback_final,
     "code_feedback_improvement": code_feedback_improvement,
+    "tool_call": tool_call,  # a call that ran (env_tool_calls, env_tool_errors): recipes/smollm2_135m_tool_use.yaml
 }

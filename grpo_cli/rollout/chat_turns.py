@@ -1,12 +1,13 @@
 """The text between a model's turns, in the model's own chat format, and the tool calls in its turns.
 
-A multi-turn trajectory is built from the token ids the model sampled; only what the environment
-adds is tokenized, never the conversation as a whole (re-tokenizing decoded text can change the
-model's tokens, and then the trained tokens are not the sampled ones). What an environment adds
-after a model turn is the chat template's rendering of its messages, cut out of a rendering of a
-fixed conversation (`observation_text`), so any template that renders a prefix of a conversation
-as a prefix of its text works, ChatML's `<|im_start|>` / `<|im_end|>` and the tiny model's
-`role: content` lines alike. Plain-text prompts (no chat) get the observation on lines of its own.
+Under env.token_mode=append a multi-turn trajectory is built from the token ids the model sampled;
+only what the environment adds is tokenized, never the conversation as a whole (re-tokenizing decoded
+text can change the model's tokens, and then the trained tokens are not the sampled ones). What an
+environment adds after a model turn is the chat template's rendering of its messages, cut out of a
+rendering of a fixed conversation after its assistant's content (`observation_text`), so ChatML's
+`<|im_start|>` / `<|im_end|>`, the tiny model's `role: content` lines and templates that rewrite
+earlier turns (Qwen3's) all work. Plain-text prompts (no chat) get the observation on lines of its
+own. (fork and per_turn render the whole conversation instead: rollout/episodes.py.)
 
 Tools are offered through the template's `tools=` (transformers turns type-hinted functions with
 Google docstrings into JSON schemas). A template that ignores `tools=` (SmolLM2's, for one) gets

@@ -21,25 +21,48 @@ import torch
 from grpo_cli.core.loss import completion_loss_mask
 from grpo_cli.core.update import UpdateBatch
 from grpo_cli.rollout.base import Rollout, padded
+from grpo_cli.training.distributed import World
+
+
+def group_width(rollout: Rollout) -> int:
+    """The most training rows a group of `rollout` has: its episodes' main rows and later ones."""
+    g, counts = rollout.group_size, [rollout.group_size] * (len(rollout.texts) // rollout.group_size)
+    for fork in rollout.forks or []:
+        counts[fork.episode // g] += 1
+    return max(counts, default=g)
+
+
+def agreed_width(rollout: Rollout, world: World, token_mode: str) -> int:
+    """The group width every data-parallel process fills its groups to, so that each takes the same
+    micro-batches: the widest of any process's (one collective a step, under fork and per_turn only)."""
+    width = group_width(rollout)
+    return max(world.gather_objects(width)) if world.size > 1 and token_mode != "append" else width
 
 
 def update_batch(
-    rollout: Rollout, advantages: torch.Tensor, scores: torch.Tensor, mask_truncated: bool, pad_id: int
+    rollout: Rollout,
+    advantages: torch.Tensor,
+    scores: torch.Tensor,
+    mask_truncated: bool,
+    pad_id: int,
+    width: int = 0,
 ) -> UpdateBatch:
     """The rows the loss sees for this process's `rollout`, its episodes' `advantages` and fused
-    `scores` (NaN: unscorable): the rollout itself, or with the episodes' later rows laid out group by group."""
-    if rollout.forks is None:
+    `scores` (NaN: unscorable): the rollout itself, or with the episodes' later rows laid out group
+    by group, each group `width` rows at least (data-parallel processes agree on one, so each takes as
+    many micro-batches as the others)."""
+    if rollout.forks is None and width <= rollout.group_size:
         mask = completion_loss_mask(rollout.model_mask, rollout.truncated, scores, mask_truncated)
         return UpdateBatch(rollout, advantages, mask)
-    rows, episode, live = _group_rows(rollout, pad_id)
+    rows, episode, live = _group_rows(rollout, pad_id, max(width, group_width(rollout)))
     index = torch.tensor(episode, device=advantages.device)
     keep = torch.tensor(live, dtype=torch.float32, device=advantages.device)
     loss_mask = completion_loss_mask(rows.model_mask, rows.truncated, scores[index], mask_truncated) * keep.unsqueeze(1)
     return UpdateBatch(rows, advantages[index] * keep, loss_mask)
 
 
-def _group_rows(rollout: Rollout, pad: int) -> tuple[Rollout, list[int], list[bool]]:
-    """Every training row, group by group, each group filled to the same count; with each row's
+def _group_rows(rollout: Rollout, pad: int, width: int) -> tuple[Rollout, list[int], list[bool]]:
+    """Every training row, group by group, each group filled to `width` rows; with each row's
     episode and whether it trains (False: a filler)."""
     g, n = rollout.group_size, len(rollout.texts)
     later: dict[int, list[int]] = {}
@@ -50,7 +73,6 @@ def _group_rows(rollout: Rollout, pad: int) -> tuple[Rollout, list[int], list[bo
         + [("fork", k) for i in range(start, start + g) for k in later.get(i, [])]
         for start in range(0, n, g)
     ]
-    width = max(len(rows) for rows in groups)
     order = [row for rows in groups for row in rows + [("filler", rows[0][1])] * (width - len(rows))]
     prompts, completions, sampled, logps, episode = [], [], [], [], []
     for kind, k in order:

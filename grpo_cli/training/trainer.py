@@ -53,7 +53,7 @@ from grpo_cli.training.checkpointing import Policy, RunCheckpoints
 from grpo_cli.training.curriculum import RewardCurriculum
 from grpo_cli.training.distributed import World, check_divisible
 from grpo_cli.training.dynamic_sampling import DynamicSampler, ScoredBatch, fit_mini_batches
-from grpo_cli.training.episode_rows import update_batch
+from grpo_cli.training.episode_rows import agreed_width, update_batch
 from grpo_cli.training.guards import GuardVerdict, StabilityGuard, TrainingHalted
 from grpo_cli.training.interrupt import DeferredInterrupt, Interrupted, missed
 from grpo_cli.training.layout import router_aux_coefficient, training_layout
@@ -305,8 +305,9 @@ class GRPOTrainer:
         advantages, adv_stats = group_advantages(rewards, g, cfg.algo.scale_rewards)
 
         scores = world.rows(rewards).to(self.device)  # NaN: unscorable, out of the loss
+        width = agreed_width(rollout, world, cfg.env.token_mode)  # env.token_mode: an episode may train several rows
         advantages_here, pad = world.rows(advantages).to(self.device), self.tokenizer.pad_token_id
-        rows = update_batch(rollout, advantages_here, scores, cfg.algo.mask_truncated, pad)  # env.token_mode's rows
+        rows = update_batch(rollout, advantages_here, scores, cfg.algo.mask_truncated, pad, width)
         lr = self.learner.schedule_step(self.step_index)  # by step index, as the curriculum's weights
         epsilons = self.clip.epsilons(nanmean(raw))  # adaptive clipping: this batch against the last ones
         if scored.trains:

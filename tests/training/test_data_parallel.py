@@ -133,12 +133,15 @@ def test_a_multi_turn_run_trains_on_two_processes(tmp_path: Path) -> None:
     the environment's reward and the conversations come back from both, every step. Pipelined
     (rollout.max_staleness=1, issue 54), under ddp and fsdp side by side: every process's sampler
     thread samples batch j with the policy of step j-1 (a fixed lag, or the processes' collectives
-    would not meet), and fsdp's sampler, refreshed from the gathered weights, draws what ddp's draws."""
+    would not meet), and fsdp's sampler, refreshed from the gathered weights, draws what ddp's draws.
+    Under env.token_mode=per_turn (issue 55) a two-turn episode trains two rows, so the processes'
+    groups differ in rows and are filled to one width: else their micro-batches would not meet."""
     runs = {strategy: tmp_path / strategy for strategy in ("ddp", "fsdp")}
     args = [
         "train", "train.steps=3", *QUICK, "distributed.num_processes=2", "rollout.max_staleness=1",
         "optim.warmup_steps=0", "env=custom", "env.target=tests.rollout.environments:EchoEnv", "env.max_turns=2",
         "rollout.max_new_tokens=8", "reward.functions=[{name: env_reward, target: env_reward, weight: 1.0}]",
+        "env.token_mode=per_turn",
     ]  # fmt: skip
     grpo = [sys.executable, "-m", "grpo_cli", *args]
     _run_together(*[[*grpo, f"hydra.run.dir={d}", f"distributed.strategy={s}"] for s, d in runs.items()])
