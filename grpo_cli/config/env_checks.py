@@ -40,7 +40,7 @@ def validate_env(env: EnvConfig) -> None:
         fail("env.timeout_s", env.timeout_s, "must be > 0")
     check_choice("env.token_mode", env.token_mode, TOKEN_MODES)
     if env.name == "agent":
-        if (env.agent is None) == (env.command is None):
+        if env.agent is not None and env.command is not None:  # neither: load_environment (the packaged option)
             fail(
                 "env.agent",
                 env.agent,

@@ -128,6 +128,12 @@ def load_environment(env: EnvConfig, sandbox: SandboxConfig) -> EnvironmentSpec 
     if env.name == "agent":  # the user's harness drives the episode: no environment object, no tools
         from grpo_cli.environments.agent import load_harness
 
+        if env.agent is None and env.command is None:  # here, as env.target: the packaged option names neither
+            raise GrpoError(
+                "env=agent runs one harness per episode: set env.agent=FILE.py:FUNCTION (a Python function "
+                "run(base_url, api_key, row)) or env.command='...' (any program)"
+            )
+
         return EnvironmentSpec(f"agent {load_harness(env).name}", lambda: None, [])
     if env.name == "calculator":
         spec = EnvironmentSpec("calculator", CalculatorEnvironment, CalculatorEnvironment().tools, TOOL_COLUMNS)
