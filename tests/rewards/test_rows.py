@@ -34,6 +34,7 @@ BROKEN_ROW = {
     "env_reward": (["a", "b"], {"env_reward": [1.0, "many"]}, {}),
     "code_feedback_final": (["a", "b"], {"env_turn_scores": [[0.0, 0.5], [0.0, "all"]]}, {}),
     "code_feedback_improvement": (["a", "b"], {"env_turn_scores": [[0.0, 0.5], ["none", 1.0]]}, {}),
+    "tool_call": (["a", "b"], {"env_tool_calls": [1, "many"], "env_tool_errors": [0, 0]}, {}),
 }
 # These isolate each completion their own way: math-verify's errors score 0 (or None for a gold
 # answer it cannot parse); the sandbox turns anything a candidate does into a score of 0.
