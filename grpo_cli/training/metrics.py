@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from grpo_cli.config.schema import EnvConfig
 from grpo_cli.core.advantages import AdvantageStats
 from grpo_cli.core.update_stats import UpdateStats
 from grpo_cli.monitor.diversity import diversity_metrics, repetition_rate
@@ -83,22 +84,23 @@ def environment_metrics(rollout: Rollout) -> dict[str, float]:
     return out
 
 
-def environment_alert(rollout: Rollout) -> str | None:
-    """One line when an environment failed rows (they are out of the step; the run goes on)."""
+def environment_alert(rollout: Rollout, env: EnvConfig) -> str | None:
+    """One line when an environment (env=agent: the user's harness) failed rows (they are out of the
+    step; the run goes on)."""
     errors = [why for why in (rollout.env_columns or {}).get("env_error", []) if why is not None]
     if not errors:
         return None
-    return (
-        f"the environment failed on {len(errors)} of {len(rollout.texts)} rows (their rewards None); first: {errors[0]}"
-    )
+    who = "the agent" if env.name == "agent" else "the environment"
+    return f"{who} failed on {len(errors)} of {len(rollout.texts)} rows (their rewards None); first: {errors[0]}"
 
 
-def unanswered_turns_alert(rollout: Rollout, max_turns: int) -> str | None:
+def unanswered_turns_alert(rollout: Rollout, env: EnvConfig) -> str | None:
     """One line when no trajectory got past its first model turn because every one was cut at
     rollout.max_new_tokens (no EOS): a cut turn is unfinished, so the environment never answers it,
-    and a multi-turn run is silently single-turn (a random tiny model at the defaults)."""
+    and a multi-turn run is silently single-turn (a random tiny model at the defaults). Not under
+    env=agent: a cut reply still reaches the harness, which decides whether to ask again."""
     columns = rollout.env_columns
-    if not columns or max_turns < 2 or not bool(rollout.truncated.all()):
+    if not columns or env.max_turns < 2 or env.name == "agent" or not bool(rollout.truncated.all()):
         return None
     if any(turns != 1 or why is not None for turns, why in zip(columns["env_turns"], columns["env_error"])):
         return None

@@ -346,7 +346,7 @@ class GRPOTrainer:
             metrics.update(self.rollouts.step_figures(timings["step"]))
         samples = step_samples(batch, rollout, fusion, advantages.tolist(), 2 * g)
         alerts = scored.alerts + self.alerts.observe(fusion, verdicts, metrics)
-        env_alerts = [environment_alert(rollout), unanswered_turns_alert(rollout, cfg.env.max_turns)]
+        env_alerts = [environment_alert(rollout, cfg.env), unanswered_turns_alert(rollout, cfg.env)]
         alerts += [line for line in env_alerts if line is not None]
         events = [phase] if phase is not None else []
         return StepResult(self.step_index, metrics, samples, alerts, fusion.per_function, fusion.fused, events)

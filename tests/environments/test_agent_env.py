@@ -101,15 +101,16 @@ def rollout_of(policy, env: EnvConfig, examples=EXAMPLES, group: int = 1):
 )
 def test_a_failing_harness_costs_its_episode_with_an_alert_naming_it(policy, harness, error, timeout_s) -> None:
     started = time.perf_counter()
-    rollout = rollout_of(policy, EnvConfig(name="agent", agent=f"{HERE}:{harness}", timeout_s=timeout_s))
+    env = EnvConfig(name="agent", agent=f"{HERE}:{harness}", timeout_s=timeout_s)
+    rollout = rollout_of(policy, env)
     assert time.perf_counter() - started < timeout_s + 10  # a hang costs its deadline, not the rollout
     errors = rollout.env_columns["env_error"]
     assert error in errors[0]
     if harness != "returns_text":
         assert errors[1] is None and rollout.env_columns["env_reward"] == [None, 1.0]
-    alert = environment_alert(rollout)
+    alert = environment_alert(rollout, env)
     assert (
-        alert.startswith("the environment failed on ")
+        alert.startswith("the agent failed on ")
         and f"first: agent tests.environments.test_agent_env:{harness}: " in alert
     )
 

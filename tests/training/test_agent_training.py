@@ -106,6 +106,6 @@ def test_a_harness_that_raises_hangs_or_never_calls_costs_one_episode_each(tmp_p
         name + "raised ValueError: the agent's parser broke",
         name + "returned without a request to the endpoint (was its client given the base_url and api_key?)",
     ]
-    (alert,) = [line for line in result.alerts if line.startswith("the environment failed")]
-    assert alert.startswith("the environment failed on 3 of 8 rows (their rewards None); first: " + name)
+    (alert,) = [line for line in result.alerts if line.startswith("the agent failed")]
+    assert alert.startswith("the agent failed on 3 of 8 rows (their rewards None); first: " + name)
     assert sum(v == v for v in result.fused) == 5  # the other five episodes trained
