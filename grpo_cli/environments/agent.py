@@ -24,7 +24,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -43,15 +43,29 @@ class Harness:
     name: str  # env.agent or the command, for env_error and the start-up line
     run: Callable[[str, str, dict[str, Any], float], float | None]
     killed_on_timeout: bool  # a command is killed at its deadline; a function's thread is left behind
+    running: set[subprocess.Popen] = field(default_factory=set)  # a command's live processes
+
+    def stop(self) -> None:
+        """Kill the commands still running, with their process groups: a rollout that ends early
+        (Ctrl-C, an error) leaves no agent behind. Their own sessions keep them from the terminal's
+        SIGINT, so nothing else would."""
+        for process in list(self.running):
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:  # it ended since
+                pass
 
 
 def load_harness(env: EnvConfig) -> Harness:
     """The harness `env.agent` or `env.command` names, checked now (the file imports, the function
     takes three arguments), so a typo fails at start-up in one line, not on every episode."""
     if env.command is not None:
-        command = env.command
+        command, running = env.command, set()
         return Harness(
-            f"command {command!r}", lambda url, key, row, timeout: run_command(command, url, key, row, timeout), True
+            f"command {command!r}",
+            lambda url, key, row, timeout: run_command(command, url, key, row, timeout, running),
+            True,
+            running,
         )
     target = str(env.agent)
     function = _function(target)
@@ -119,8 +133,16 @@ def reward_value(value: Any) -> float | None:
     return float(value)
 
 
-def run_command(command: str, base_url: str, api_key: str, row: dict[str, Any], timeout_s: float) -> float | None:
-    """One episode of a command harness (module docstring); killed with its process group at `timeout_s`."""
+def run_command(
+    command: str,
+    base_url: str,
+    api_key: str,
+    row: dict[str, Any],
+    timeout_s: float,
+    running: set[subprocess.Popen] | None = None,
+) -> float | None:
+    """One episode of a command harness (module docstring); killed with its process group at
+    `timeout_s`. `running` holds it while it runs (Harness.stop)."""
     row_json = json.dumps(row, default=str)
     env = {**os.environ, "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": api_key, "GRPO_AGENT_ROW": row_json}
     process = subprocess.Popen(
@@ -133,12 +155,16 @@ def run_command(command: str, base_url: str, api_key: str, row: dict[str, Any], 
         env=env,
         start_new_session=True,  # its own process group, so the deadline ends what it started too
     )
+    running = set() if running is None else running
+    running.add(process)
     try:
         out, err = process.communicate(row_json, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.communicate()
         raise TimeoutError(f"killed at env.timeout_s={timeout_s:g}s") from None
+    finally:
+        running.discard(process)
     if process.returncode != 0:
         raise RuntimeError(f"exited with status {process.returncode}: {err.strip()[-STDERR_TAIL:]}")
     lines = [line.strip() for line in out.splitlines() if line.strip()]

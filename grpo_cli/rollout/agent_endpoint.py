@@ -18,6 +18,7 @@ rollout) starts in about a millisecond: a server per rollout costs nothing a ste
 from __future__ import annotations
 
 import contextlib
+import hmac
 import json
 import re
 import secrets
@@ -188,7 +189,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(request.status, request.reply)
 
     def _authorized(self) -> bool:
-        if self.headers.get("Authorization", "") == f"Bearer {self.server.endpoint.api_key}":
+        if hmac.compare_digest(self.headers.get("Authorization", ""), f"Bearer {self.server.endpoint.api_key}"):
             return True
         self._send(401, error_body("wrong API key: use the api_key given to the agent", "authentication_error"))
         return False

@@ -59,6 +59,7 @@ log = logging.getLogger("grpo")
 # harness between its requests (reading a reply, running a tool) is usually quicker; a batch goes at once
 # when every live episode is waiting
 BATCH_WINDOW_S = 0.05
+MAX_CHOICES = 64  # a request's `n`: each choice is a row to sample and train, so one request cannot fill the memory
 HTTP_CLIENT_LOGGERS = ("httpx", "httpx2", "openai")  # quieted to warnings unless the user set their level
 
 
@@ -158,11 +159,14 @@ class AgentEpisodeGenerator(EpisodeGenerator):
                 Episode(f"{prefix}-{i}", dict(row), Trajectory(None), start + self.cfg.timeout_s)
                 for i, row in enumerate(rows)
             ]
-            for episode in episodes:
-                endpoint.open(episode.id)
-                self._start_harness(episode, endpoint)
-            while (batch := self._next_batch(endpoint, episodes)) is not None:
-                self._serve(batch, {e.id: e for e in episodes}, greedy, encoder.device)
+            try:
+                for episode in episodes:
+                    endpoint.open(episode.id)
+                    self._start_harness(episode, endpoint)
+                while (batch := self._next_batch(endpoint, episodes)) is not None:
+                    self._serve(batch, {e.id: e for e in episodes}, greedy, encoder.device)
+            finally:
+                self.harness.stop()  # a rollout cut short (Ctrl-C) leaves no command running
         self.records = [e.records for e in episodes]
         trajectories = [self._finished(e, encoder) for e in episodes]
         prompts = [torch.tensor(t.rows[0].prompt, dtype=torch.long) for t in trajectories]
@@ -176,10 +180,13 @@ class AgentEpisodeGenerator(EpisodeGenerator):
 
         def run() -> None:
             try:
-                episode.result = self.harness.run(url, key, row, timeout), None
+                result: tuple[float | None, str | None] = self.harness.run(url, key, row, timeout), None
             except BaseException as err:  # the user's agent: whatever it raises is its episode's failure
-                episode.result = None, f"raised {type(err).__name__}: {err}"
-            endpoint.notify()
+                result = None, f"raised {type(err).__name__}: {err}"
+            with endpoint.changed:  # an episode ended at its deadline keeps that reason
+                if not episode.over:
+                    episode.result = result
+                endpoint.changed.notify_all()
 
         threading.Thread(target=run, daemon=True, name="grpo-agent").start()
 
@@ -265,6 +272,8 @@ class AgentEpisodeGenerator(EpisodeGenerator):
         self._check_knobs(body)
         context, extends = self._chat_context(body, e) if request.route == "chat" else self._text_context(body, e)
         n = int(body.get("n") or 1)
+        if n > MAX_CHOICES:
+            raise RequestError(f"n={n}: at most {MAX_CHOICES} choices a request")
         asked = body.get("max_completion_tokens") or body.get("max_tokens") or self.max_new_tokens
         limit = min(self.max_new_tokens, int(asked))
         if n < 1 or limit < 1:
@@ -338,6 +347,8 @@ class AgentEpisodeGenerator(EpisodeGenerator):
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
             prompt = body["prompt"] = prompt[0]  # the SDK's list of one prompt
         if isinstance(prompt, list) and prompt and all(isinstance(i, int) for i in prompt):
+            if not all(0 <= i < len(self.tokenizer) for i in prompt):
+                raise RequestError(f"prompt token ids must be in [0, {len(self.tokenizer)}): the tokenizer's")
             return list(prompt), False
         if not isinstance(prompt, str) or not prompt:
             raise RequestError("prompt must be one non-empty string (or a list of token ids)")

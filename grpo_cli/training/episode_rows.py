@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import torch
 
+from grpo_cli.config.schema import EnvConfig
 from grpo_cli.core.loss import completion_loss_mask
 from grpo_cli.core.update import UpdateBatch
 from grpo_cli.rollout.base import Rollout, padded
@@ -32,11 +33,12 @@ def group_width(rollout: Rollout) -> int:
     return max(counts, default=g)
 
 
-def agreed_width(rollout: Rollout, world: World, token_mode: str) -> int:
+def agreed_width(rollout: Rollout, world: World, env: EnvConfig) -> int:
     """The group width every data-parallel process fills its groups to, so that each takes the same
-    micro-batches: the widest of any process's (one collective a step, under fork and per_turn only)."""
+    micro-batches: the widest of any process's. One collective a step, in every multi-turn run: under
+    append too an agent that rewrote its history, or asked for n > 1, opens rows."""
     width = group_width(rollout)
-    return max(world.gather_objects(width)) if world.size > 1 and token_mode != "append" else width
+    return max(world.gather_objects(width)) if world.size > 1 and env.name != "none" else width
 
 
 def update_batch(
@@ -88,7 +90,7 @@ def _group_rows(rollout: Rollout, pad: int, width: int) -> tuple[Rollout, list[i
             episode.append(k)
         prompts.append(torch.tensor(prompt, dtype=torch.long))
         completions.append(torch.tensor(tokens, dtype=torch.long))
-        sampled.append(torch.tensor(mask, dtype=torch.long))
+        sampled.append(torch.tensor(mask, dtype=torch.long) * (kind != "filler"))  # a filler counts in no figure
         logps.append(torch.tensor(engine, dtype=torch.float32))
     device = rollout.prompt_ids.device
     rows = Rollout(

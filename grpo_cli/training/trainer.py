@@ -304,10 +304,9 @@ class GRPOTrainer:
         raw = generated.raw
         advantages, adv_stats = group_advantages(rewards, g, cfg.algo.scale_rewards)
 
-        scores = world.rows(rewards).to(self.device)  # NaN: unscorable, out of the loss
-        width = agreed_width(rollout, world, cfg.env.token_mode)  # env.token_mode: an episode may train several rows
-        advantages_here, pad = world.rows(advantages).to(self.device), self.tokenizer.pad_token_id
-        rows = update_batch(rollout, advantages_here, scores, cfg.algo.mask_truncated, pad, width)
+        scores, here = (world.rows(x).to(self.device) for x in (rewards, advantages))  # scores NaN: unscorable
+        width = agreed_width(rollout, world, cfg.env)  # env.token_mode, env=agent: an episode may train several rows
+        rows = update_batch(rollout, here, scores, cfg.algo.mask_truncated, self.tokenizer.pad_token_id, width)
         lr = self.learner.schedule_step(self.step_index)  # by step index, as the curriculum's weights
         epsilons = self.clip.epsilons(nanmean(raw))  # adaptive clipping: this batch against the last ones
         if scored.trains:

@@ -154,3 +154,30 @@ def test_a_file_path_or_a_module_names_the_function_and_mistakes_fail_at_start_u
             validate_env(env)
             load_environment(env, SandboxConfig())
     assert Path(agent).is_file()
+
+
+def test_a_rollout_cut_short_leaves_no_command_running(tmp_path) -> None:
+    """A command runs in a session of its own (so its deadline can kill its process group), which keeps
+    the terminal's Ctrl-C from it: the rollout's unwinding stops what is still running (Harness.stop)."""
+    import threading
+
+    marker = tmp_path / "started"
+    harness = load_harness(EnvConfig(name="agent", command=f"touch {marker}; sleep 60"))
+    outcome: list[BaseException] = []
+
+    def episode() -> None:
+        try:
+            harness.run("http://127.0.0.1:9/v1", "key", {"prompt": "1+1="}, 120.0)
+        except BaseException as err:  # noqa: BLE001 (what the episode thread records)
+            outcome.append(err)
+
+    thread = threading.Thread(target=episode)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not (marker.exists() and harness.running) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    started = time.monotonic()
+    harness.stop()
+    thread.join(30)
+    assert not thread.is_alive() and time.monotonic() - started < 10  # not the 60 s of its sleep
+    assert "exited with status -9" in str(outcome[0]) and not harness.running

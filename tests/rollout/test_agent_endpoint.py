@@ -168,7 +168,9 @@ def test_the_rows_are_the_ids_the_endpoint_sampled_and_the_harness_text_is_conte
         assert rollout.texts[i] == tokenizer.decode(second.sampled, skip_special_tokens=True)
         roles = [m["role"] for m in rollout.messages[i]]
         assert roles == ["system", "user", "assistant", "user", "assistant"]  # the whole transcript
-    assert generator.batch_sizes[:2] == [6, 6]  # every episode waited: one generate per round of requests
+    # every request sampled once, in batches (how many requests a batch holds depends on the threads' timing:
+    # a batch goes when every episode waits, or BATCH_WINDOW_S after the first request)
+    assert sum(generator.batch_sizes) == 12 and len(generator.batch_sizes) < 12
 
 
 @pytest.mark.parametrize("mode", ["append", "fork", "per_turn"])
