@@ -16,6 +16,7 @@ in place: its forward passes come in the same number on every process, as the up
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,6 +25,8 @@ import torch
 from grpo_cli.config.schema import DistributedConfig, PrecisionConfig
 from grpo_cli.core.precision import PRECISION_DTYPES
 from grpo_cli.errors import GrpoError
+
+log = logging.getLogger("grpo")
 
 
 def sharded_run(distributed: DistributedConfig, processes: int) -> bool:
@@ -140,3 +143,21 @@ def load_full_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Opt
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
     set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
+
+
+def log_training_state(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, strategy: str, processes: int, sharded: bool
+) -> None:
+    """This process's tensor bytes of trained weights, gradients and optimizer state, once the first
+    update made the optimizer's: what distributed.strategy=fsdp divides by the number of processes
+    (docs/scaling.md). Called on the main process only."""
+    held = training_state_bytes(model, optimizer)
+    if strategy == "fsdp" and not sharded:
+        log.info("distributed.strategy=fsdp on one process: nothing to shard, the run trains unsharded")
+    log.info(
+        "training state per process (distributed.strategy=%s, %d process(es)): %s MiB in all",
+        strategy if processes > 1 else "none",
+        processes,
+        ", ".join(f"{name} {size / 2**20:.3f} MiB" for name, size in held.items())
+        + f"; {sum(held.values()) / 2**20:.3f}",
+    )

@@ -66,7 +66,7 @@ from grpo_cli.training.pipeline import (
     generate_groups,
     score_rollout,
 )
-from grpo_cli.training.sharding import gather_into, training_state_bytes
+from grpo_cli.training.sharding import gather_into, log_training_state
 from grpo_cli.training.state import RngState, TrainState, seed_everything
 
 log = logging.getLogger("grpo")
@@ -236,21 +236,10 @@ class GRPOTrainer:
         return rollouts
 
     def log_training_state(self) -> None:
-        """This process's tensor bytes of trained weights, gradients and optimizer state: what
-        distributed.strategy=fsdp divides by the number of processes (docs/scaling.md)."""
         self.state_logged = True
-        held = training_state_bytes(self.learner.model, self.learner.optimizer)
-        one_process_fsdp = self.cfg.distributed.strategy == "fsdp" and not self.checkpoints.sharded
-        if self.world.is_main and one_process_fsdp:
-            log.info("distributed.strategy=fsdp on one process: nothing to shard, the run trains unsharded")
         if self.world.is_main:
-            log.info(
-                "training state per process (distributed.strategy=%s, %d process(es)): %s MiB in all",
-                self.cfg.distributed.strategy if self.world.size > 1 else "none",
-                self.world.size,
-                ", ".join(f"{name} {size / 2**20:.3f} MiB" for name, size in held.items())
-                + f"; {sum(held.values()) / 2**20:.3f}",
-            )
+            strategy, sharded = self.cfg.distributed.strategy, self.checkpoints.sharded
+            log_training_state(self.learner.model, self.learner.optimizer, strategy, self.world.size, sharded)
 
     def step(self) -> StepResult:
         cfg, g, world = self.cfg, self.cfg.rollout.num_generations, self.world
