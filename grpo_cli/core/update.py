@@ -243,6 +243,17 @@ def router_loss_share(coef: float, aux_loss: torch.Tensor, micro_batches: int, p
     return coef * aux_loss / (micro_batches * processes)
 
 
+def entropy_sums(objective: Objective, mask: torch.Tensor, entropy: torch.Tensor, terms: TokenLoss) -> tuple:
+    """A micro-batch's entropy sums over the model's tokens (the `entropy` figure: only where one update sees
+    every row under the sampling policy), and over the bonus's tokens (what adaptive entropy measures)."""
+    total = tokens = kept = kept_tokens = 0.0
+    if not objective.reuse_old:
+        total, tokens = (entropy.detach() * mask).sum().item(), mask.sum().item()
+    if objective.algo.adaptive_entropy.enabled:
+        kept, kept_tokens = (entropy.detach() * terms.tokens).sum().item(), terms.tokens.sum().item()
+    return total, tokens, kept, kept_tokens
+
+
 def micro_step(
     learner: Learner,
     batch: UpdateBatch,
@@ -273,11 +284,6 @@ def micro_step(
             with_entropy=objective.needs_entropy,
             router_aux=aux_coef > 0,
         )
-    entropy = entropy_tokens = 0.0
-    if not objective.reuse_old:  # one update: this pass sees every row under the sampling policy
-        completion_mask = rollout.model_mask[micro]
-        entropy = (entropies.detach() * completion_mask).sum().item()
-        entropy_tokens = completion_mask.sum().item()
     mask = batch.loss_mask[micro]
     if algo.top_entropy_quantile < 1 and selection is None:  # the step's only micro-batch: its own entropies
         selection = select_high_entropy(entropies[mask.bool()], algo.top_entropy_quantile, learner.collective)
@@ -291,10 +297,7 @@ def micro_step(
     if aux_loss is not None:
         loss = loss + router_loss_share(aux_coef, aux_loss, normalizer.micro_batches, learner.collective.size)
         variants = {**variants, "router/aux_loss": aux_loss.item() * mask.sum().item()}  # a mean per loss token
-    kept = kept_tokens = 0.0
-    if algo.adaptive_entropy.enabled:  # what the controller measures: the bonus's tokens, under these weights
-        kept = (entropies.detach() * terms.tokens).sum().item()
-        kept_tokens = terms.tokens.sum().item()
+    entropy, entropy_tokens, kept, kept_tokens = entropy_sums(objective, rollout.model_mask[micro], entropies, terms)
     shared = loss * learner.collective.size  # DDP averages the processes' gradients; the loss is their sum
     (learner.scaler.scale(shared) if learner.scaler is not None else shared).backward()
     return MicroSums(
