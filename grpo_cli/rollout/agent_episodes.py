@@ -50,7 +50,7 @@ from grpo_cli.rollout.agent_endpoint import (
     template_message,
 )
 from grpo_cli.rollout.base import Generator, Rollout, padded
-from grpo_cli.rollout.chat_turns import observation_text, render_prompt, renders_tools
+from grpo_cli.rollout.chat_turns import render_prompt, renders_tools
 from grpo_cli.rollout.episodes import EpisodeGenerator, Trajectory, trajectories_rollout
 from grpo_cli.rollout.prompts import PromptEncoder
 
@@ -331,10 +331,7 @@ class AgentEpisodeGenerator(EpisodeGenerator):
             raise RequestError('each tool must be {"type": "function", "function": {...}}')
         last = e.last_chat
         if self.cfg.token_mode == "append" and last is not None and same_messages(messages[: len(last)], last):
-            added = [template_message(m) for m in messages[len(last) :]]
-            eos_text = self.tokenizer.decode(e.last_context[-1:], skip_special_tokens=False)
-            text = observation_text(self.tokenizer, added, True, eos_text, self.chat_template_kwargs)
-            return e.last_context + self._ids(text, False), True
+            return self.appended(e.last_context, [template_message(m) for m in messages[len(last) :]], True), True
         if tools is not None and self._native_tools is None:  # not before: a base model has no template to probe
             self._native_tools = renders_tools(self.tokenizer, self.chat_template_kwargs)
         rendered = [template_message(m) for m in messages]

@@ -296,10 +296,15 @@ class EpisodeGenerator:
         the chat template renders it, as the model sees it at inference (a Qwen3-style template drops
         earlier reasoning). A plain-text prompt has no template to re-render: its context appends."""
         if self.cfg.token_mode == "append" or not chat:
-            eos_text = self.tokenizer.decode(t.rows[-1].tokens[-1:], skip_special_tokens=False)
-            text = observation_text(self.tokenizer, messages, chat, eos_text, self.chat_template_kwargs)
-            return t.context() + self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            return self.appended(t.context(), messages, chat)
         return self._encoder.token_ids([*t.prompt, *t.messages, *messages])
+
+    def appended(self, context: list[int], messages: list[dict[str, Any]], chat: bool) -> list[int]:
+        """`context` (ending with the model's turn), then the ids of the template's text for `messages`
+        and the next turn's opening: only that text is tokenized (env.token_mode=append)."""
+        eos_text = self.tokenizer.decode(context[-1:], skip_special_tokens=False)
+        text = observation_text(self.tokenizer, messages, chat, eos_text, self.chat_template_kwargs)
+        return context + self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def _cut(self, message: dict[str, Any]) -> dict[str, Any]:
         """A message whose content is over env.max_observation_tokens keeps its first tokens."""

@@ -128,7 +128,7 @@ def test_a_command_runs_once_per_episode_with_the_endpoint_in_its_environment(po
 
 def test_a_command_that_fails_or_hangs_costs_its_episode(tmp_path) -> None:
     with pytest.raises(RuntimeError, match="exited with status 3: oops"):
-        run_command("echo oops >&2; exit 3", "http://x", "k", {}, 10.0)
+        run_command("echo oops >&2; exit 3", "http://127.0.0.1:9/v1", "k", {}, 10.0)
     started = time.perf_counter()
     with pytest.raises(TimeoutError, match="killed at env.timeout_s=0.5s"):
         run_command("sleep 30 & sleep 30", "http://x", "k", {}, 0.5)  # the shell and its children
