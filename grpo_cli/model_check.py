@@ -158,18 +158,6 @@ def prompts_batch(tokenizer: PreTrainedTokenizerBase, device: torch.device) -> t
     return PromptEncoder(tokenizer, 128, device)(list(PROMPTS))
 
 
-class _Twin(torch.nn.Module):
-    """The model under another name: the fast loop reports the log-probs it samples with only for a
-    module that is not its policy (the bf16 sampling copy), and here those are what is checked."""
-
-    def __init__(self, model: PreTrainedModel) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, **inputs: object) -> object:
-        return self.model(**inputs)
-
-
 @torch.no_grad()
 def sampled_with_logps(
     generator: FastGenerator | HFGenerator,
@@ -186,7 +174,7 @@ def sampled_with_logps(
     model.eval()
     try:
         if isinstance(generator, FastGenerator):
-            completion_ids, logps = generator.sample(ids, mask, g, net=_Twin(model))
+            completion_ids, logps = generator.sample(ids, mask, g, scored=True)
         else:
             settings = copy.deepcopy(generator.sampling)
             settings.output_logits, settings.return_dict_in_generate = True, True
@@ -214,6 +202,8 @@ def check_sampling(
     generator, line = make_generator(model, tokenizer, cfg)
     loop = "fast" if isinstance(generator, FastGenerator) else "generate"
     why = line.partition(" (")[2].removesuffix(")") if loop == "generate" else ""
+    if line == "fast, fixed-shape decode":  # rollout.fixed_decode: the family's layers computed by grpo itself
+        loop = "fast, fixed-shape"
     try:
         rollout, sampled = sampled_with_logps(generator, model, tokenizer, cfg)
     except Exception as err:  # the loop crashed on this model: what the trainer would hit in its first rollout

@@ -31,6 +31,7 @@ from grpo_cli.config.schema import ModelConfig, TinyModelConfig
 from grpo_cli.errors import GrpoError
 from grpo_cli.lora import add_lora, quiet_peft
 from grpo_cli.model_source import model_directory
+from grpo_cli.module_mode import evaluating
 
 if TYPE_CHECKING:  # peft costs seconds to import: only runs that use LoRA pay for it
     from peft import PeftModel
@@ -356,13 +357,8 @@ class AdaptersOff:
         return self.policy.parameters()
 
     def __call__(self, **inputs: Any) -> Any:
-        was_training = self.policy.training
-        self.policy.eval()
-        try:
-            with self.policy.disable_adapter():
-                return self.policy(**inputs)
-        finally:
-            self.policy.train(was_training)
+        with evaluating(self.policy), self.policy.disable_adapter():
+            return self.policy(**inputs)
 
 
 def frozen_reference(

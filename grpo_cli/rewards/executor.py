@@ -18,12 +18,14 @@ import importlib
 import inspect
 import math
 import multiprocessing
+import queue
 import signal
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
@@ -239,6 +241,36 @@ def _ready() -> bool:
     return True
 
 
+class LocalWorker:
+    """A daemon thread that runs one reward source's in-process calls under a timeout, one at a time.
+
+    A thread started per call costs its start and hand-over every step: 2.3 ms of the tiny default's
+    28 ms step, where the rewards themselves take 1.3. A call that times out keeps the thread busy
+    (Python cannot stop it): `idle` says so, and the source is skipped until it ends."""
+
+    def __init__(self, name: str) -> None:
+        self.calls: queue.SimpleQueue[tuple[Callable[[], Any], Future]] = queue.SimpleQueue()
+        self.last: Future | None = None
+        # daemon: a hung reward must not keep the interpreter from exiting
+        threading.Thread(target=self._serve, name=name, daemon=True).start()
+
+    def idle(self) -> bool:
+        return self.last is None or self.last.done()
+
+    def submit(self, fn: Callable[[], Any]) -> Future:
+        self.last = Future()
+        self.calls.put((fn, self.last))
+        return self.last
+
+    def _serve(self) -> None:
+        while True:
+            fn, call = self.calls.get()
+            try:
+                call.set_result(fn())
+            except BaseException:  # noqa: BLE001  (SystemExit included: the call ends without a result)
+                call.set_result(None)
+
+
 class RewardExecutor:
     """`run(sources, prompts, completions, columns) -> {name: BatchScores}` with timeouts.
 
@@ -252,7 +284,7 @@ class RewardExecutor:
         self._context = multiprocessing.get_context("spawn")
         self._pool: ProcessPoolExecutor | None = None
         self._pool_modules: tuple[str, ...] = ()
-        self._stuck: dict[str, threading.Thread] = {}  # timed-out in-process calls still running
+        self._workers: dict[str, LocalWorker] = {}  # in-process calls with a timeout, a thread per source
         self.pools_started = 0  # how many pools were built: a rebuild after a timeout adds one
 
     # ---- public ------------------------------------------------------------------------
@@ -329,28 +361,22 @@ class RewardExecutor:
         self, source: RewardSource, prompts: list[Any], completions: list[Any], columns: dict[str, list[Any]]
     ) -> BatchScores:
         n = len(completions)
-        previous = self._stuck.get(source.name)
-        if previous is not None:
-            if previous.is_alive():
-                return BatchScores([math.nan] * n, "skipped: an earlier call that timed out is still running")
-            del self._stuck[source.name]
+        worker = self._workers.get(source.name)
+        if worker is not None and not worker.idle():
+            return BatchScores([math.nan] * n, "skipped: an earlier call that timed out is still running")
         timeout = self._timeout(source)
         if timeout is None:
             return evaluate_source(source.fn, source.kwargs, prompts, completions, columns)
-        box: list[BatchScores] = []
-        thread = threading.Thread(
-            target=lambda: box.append(evaluate_source(source.fn, source.kwargs, prompts, completions, columns)),
-            name=f"reward-{source.name}",
-            daemon=True,  # a hung reward must not keep the interpreter from exiting
-        )
-        thread.start()
-        thread.join(timeout)
-        if thread.is_alive():
-            self._stuck[source.name] = thread
+        if worker is None:
+            worker = self._workers[source.name] = LocalWorker(f"reward-{source.name}")
+        call = worker.submit(lambda: evaluate_source(source.fn, source.kwargs, prompts, completions, columns))
+        try:
+            result = call.result(timeout)
+        except FutureTimeout:
             return BatchScores([math.nan] * n, f"timed out after {timeout}s", timeout)
-        if not box:  # SystemExit and friends end the thread without a result
+        if result is None:  # SystemExit and friends end the call without a result
             return BatchScores([math.nan] * n, "exited without returning")
-        return box[0]
+        return result
 
     # ---- the worker pool ---------------------------------------------------------------
     def _submit(

@@ -70,8 +70,8 @@ def with_sampling_weights(
     loop = "fast" if isinstance(generator, FastGenerator) else "generate"
     use_copy, weights = sampling_weights_choice(model, cfg, loop)
     if use_copy:
-        rows = generator.row_operation if isinstance(generator, FastGenerator) else ROW_OPERATIONS[0]
-        generator = FastGenerator(model, tokenizer, cfg, SamplingCopy(model), rows)
+        rows, fixed = (generator.row_operation, generator.fixed) if loop == "fast" else (ROW_OPERATIONS[0], True)
+        generator = FastGenerator(model, tokenizer, cfg, SamplingCopy(model), rows, fixed=fixed)
     return generator, use_copy, weights
 
 
@@ -82,18 +82,42 @@ def _hf_generator(
         return HFGenerator(model, tokenizer, cfg), "generate (rollout.loop=generate)"
     setting = settings_unsupported(cfg)
     if setting is not None:
-        if cfg.loop == "fast":
+        if cfg.loop in ("fixed", "fast"):
             raise GrpoError(
-                f"rollout.loop=fast cannot sample with {setting}, which the fast loop does not implement; "
+                f"rollout.loop={cfg.loop} cannot sample with {setting}, which the fast loop does not implement; "
                 "use rollout.loop=auto or generate, or drop them"
             )
         return HFGenerator(model, tokenizer, cfg), f"generate ({setting})"
     operation, reason = fast_loop_rows(model)
     if operation is not None:
-        return FastGenerator(model, tokenizer, cfg, row_operation=operation), "fast"
-    if cfg.loop == "fast":
-        raise GrpoError(f"rollout.loop=fast cannot drive this model: {reason}; use rollout.loop=auto or generate")
+        return fast_generator(model, tokenizer, cfg, operation)
+    if cfg.loop in ("fixed", "fast"):
+        raise GrpoError(f"rollout.loop={cfg.loop} cannot drive this model: {reason}; use rollout.loop=auto or generate")
     return HFGenerator(model, tokenizer, cfg), f"generate ({reason})"
+
+
+def fast_generator(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, cfg: RolloutConfig, operation: str
+) -> tuple[FastGenerator, str]:
+    """The fast loop, with the fixed-shape decode unless rollout.loop=fast, and its start-up words:
+    the policy's probe decides now, so that `fixed` can insist and `auto` can say why it decodes
+    through the model's forward instead."""
+    generator = FastGenerator(model, tokenizer, cfg, row_operation=operation, fixed=cfg.loop != "fast")
+    if cfg.loop == "fast":
+        return generator, "fast (rollout.loop=fast: the model's forward, finished rows dropped)"
+    was_training = model.training
+    model.eval()
+    try:
+        decoder = generator.decoder(model)
+    finally:
+        model.train(was_training)
+    if decoder is not None:
+        return generator, "fast, fixed-shape decode"
+    if cfg.loop == "fixed":
+        raise GrpoError(
+            f"rollout.loop=fixed cannot decode this model: {generator.fixed_reason}; use rollout.loop=auto or fast"
+        )
+    return generator, f"fast, through the model's forward ({generator.fixed_reason})"
 
 
 def _vllm_generator(

@@ -19,11 +19,13 @@ does, not by the methods a cache has. Models where neither works (an encoder-dec
 on a full-attention layer; Mamba, whose one-token step misreads the loop's attention mask), and
 `rollout.generation_kwargs` (generate's other options, none of which this loop has), keep
 `generate`; `rollout.engine.make_generator` picks and says which, and why.
+
+Plain decoders (Llama, Qwen2/3) decode instead through `rollout.fixed_decode`: after the same
+prefill, a preallocated cache and a step of fixed shape in which finished rows stay, masked.
 """
 
 from __future__ import annotations
 
-import inspect
 import math
 from typing import Any
 
@@ -40,7 +42,11 @@ from transformers.generation.logits_process import (
 
 from grpo_cli.config.schema import RolloutConfig
 from grpo_cli.errors import GrpoError
+from grpo_cli.module_mode import evaluating
+from grpo_cli.rollout import fixed_decode
 from grpo_cli.rollout.base import Rollout, TokenProgress, finish_rollout
+from grpo_cli.rollout.fixed_decode import FixedShapeDecoder
+from grpo_cli.rollout.forward_steps import cache_argument, decode, prefill
 from grpo_cli.rollout.hf import eos_token_ids
 from grpo_cli.rollout.sampling_copy import SamplingCopy
 
@@ -91,19 +97,6 @@ def sample_categorical(probs: torch.Tensor, stream: torch.Generator | None = Non
     return torch.searchsorted(cdf, target, right=True).squeeze(1)
 
 
-def cache_argument(model: PreTrainedModel) -> str:
-    """The forward keyword a model takes its KV cache by: `cache` (transformers >= 5.20), else
-    `past_key_values`. A PEFT wrapper takes **kwargs: its base model's signature decides."""
-    base = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
-
-
-def returned_cache(output: Any) -> Any:
-    """The KV cache a forward returned, under either name."""
-    cache = output.get("cache") if hasattr(output, "get") else None
-    return cache if cache is not None else output.past_key_values
-
-
 # The cache methods that keep a list of rows, in the order the probe tries them: beam search's,
 # which every transformers layer kind implements on all its states, then the cache's batch helper
 # (right where a cache class keeps states outside its layers and overrides only that one)
@@ -114,33 +107,6 @@ def take_rows(cache: Any, rows: torch.Tensor, operation: str = ROW_OPERATIONS[0]
     """Keep the cache rows `rows`, in that order, with the cache's method `operation`: one index both
     repeats rows (each prompt's G times after its one prefill) and drops them (finished completions)."""
     getattr(cache, operation)(rows)
-
-
-def prefill(
-    net: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
-) -> tuple[Any, torch.Tensor, torch.Tensor]:
-    """One forward over the left-padded prompts: their cache, the float32 logits at the last prompt
-    token [B, V], and each row's position for the next token [B, 1]."""
-    positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
-    # the last position by index, not `logits_to_keep=1`: a slice of [B, P, H] is not contiguous,
-    # and with frozen weights (the bf16 copy) torch's matmul then multiplies it by B contiguous
-    # copies of the output layer (SmolLM2's: 290 ms, against a few ms for an index)
-    last = torch.tensor([prompt_ids.size(1) - 1], device=prompt_ids.device)
-    out = net(
-        input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions, use_cache=True, logits_to_keep=last
-    )
-    return returned_cache(out), out.logits[:, -1].float(), positions[:, -1:] + 1
-
-
-def decode(
-    net: torch.nn.Module, cache: Any, keyword: str, token: torch.Tensor, mask: torch.Tensor, position: torch.Tensor
-) -> torch.Tensor:
-    """One token per running row through the cache: the next float32 logits [rows, V]. `mask` covers
-    the prompt, the completion so far and `token`; `position` is the token's; `keyword` is
-    `cache_argument`'s."""
-    step = {"input_ids": token.unsqueeze(1), "attention_mask": mask, "position_ids": position, keyword: cache}
-    out = net(**step, use_cache=True)
-    return out.logits[:, -1].float()
 
 
 # How far the cached logits may be from a fresh forward's, relative to the largest logit: float
@@ -205,6 +171,7 @@ class FastGenerator:
         sampling_copy: SamplingCopy | None = None,
         row_operation: str = ROW_OPERATIONS[0],
         seeded_per_step: bool = False,
+        fixed: bool = True,
     ) -> None:
         reason = settings_unsupported(cfg)
         if reason is not None:  # a library caller's FastGenerator: make_generator already chose generate
@@ -222,6 +189,11 @@ class FastGenerator:
         self.cache_argument = cache_argument(model)
         self.row_operation = row_operation  # the cache method that repeats and drops rows (probe_rows chose it)
         self.on_token: TokenProgress | None = None  # told after each token (Generator)
+        # fixed: decode plain decoders with rollout.fixed_decode (rollout.loop auto or fixed); per module
+        # sampled from (the policy, the copy), its decoder or None where its probe failed, and the first reason
+        self.fixed = fixed
+        self.decoders: dict[int, tuple[torch.nn.Module, FixedShapeDecoder | None]] = {}
+        self.fixed_reason: str | None = None
         # seeded_per_step: draws from a stream of its own, seeded by set_step_seed (the asynchronous
         # sampler's thread, which must neither race the trainer's stream nor depend on when it runs);
         # else from torch's, which the trainer carries (RngState)
@@ -246,12 +218,8 @@ class FastGenerator:
         self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, num_generations: int, greedy: bool = False
     ) -> Rollout:
         net = self.model if greedy or self.copy is None else self.copy.module
-        was_training = net.training
-        net.eval()
-        try:
+        with evaluating(net):
             completion_ids, logps = self.sample(prompt_ids, prompt_mask, num_generations, greedy, net)
-        finally:
-            net.train(was_training)
         rollout = finish_rollout(
             prompt_ids.repeat_interleave(num_generations, dim=0),
             prompt_mask.repeat_interleave(num_generations, dim=0),
@@ -270,7 +238,7 @@ class FastGenerator:
         NaN logits (diverged weights) would otherwise be drawn silently (argmax picks the NaN, the
         CDF lands past the last id) and training would go on from nonsense."""
         scores = logits if greedy else self.warpers(None, logits).softmax(-1)
-        broken = scores.isnan().any(-1)
+        broken = scores.sum(-1).isnan()  # a NaN anywhere in a row: one reduction, not a [rows, V] mask
         if broken.any():
             row = int(rows[broken.nonzero()[0, 0]])
             what = "logits" if greedy else "probabilities"
@@ -298,31 +266,125 @@ class FastGenerator:
         num_generations: int,
         greedy: bool = False,
         net: torch.nn.Module | None = None,
+        scored: bool | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Completion ids [B·G, C], rows group by group, padded after each row's EOS; C is the
         longest completion (at most max_new_tokens). And [B·G, C] the log-probs of the sampled tokens
-        at the temperature (the trainer's definition) under `net`, NaN after a row's end: used only
-        when `net` is not the policy (the bf16 copy), whose tokens the trainer scores itself."""
-        g = num_generations
+        at the temperature (the trainer's definition) under `net`, NaN after a row's end: computed
+        when `scored` (default: when `net` is not the policy, i.e. the bf16 copy, whose tokens the
+        trainer does not score itself); else NaN throughout."""
         net = self.model if net is None else net
+        scored = net is not self.model if scored is None else scored
+        decoder = self.decoder(net)
+        if decoder is not None:
+            return self._sample_fixed(decoder, net, prompt_ids, prompt_mask, num_generations, greedy, scored)
+        return self._sample_dropping(net, prompt_ids, prompt_mask, num_generations, greedy, scored)
+
+    def decoder(self, net: torch.nn.Module) -> FixedShapeDecoder | None:
+        """The fixed-shape decoder of `net` (the policy or the copy), probed the first time it samples;
+        None where the loop decodes through the model's forward (rollout.loop=fast, or the probe's
+        reason, kept in `fixed_reason`)."""
+        if not self.fixed:
+            return None
+        if id(net) not in self.decoders:  # the module is kept with its entry: its id cannot be reused
+            dtype = next(net.parameters()).dtype
+            reason = fixed_decode.probe(net, PROBE_TOLERANCE.get(dtype, LOW_PRECISION_TOLERANCE))
+            self.decoders[id(net)] = (net, FixedShapeDecoder(net) if reason is None else None)
+            self.fixed_reason = self.fixed_reason or reason
+        return self.decoders[id(net)][1]
+
+    def _outputs(self, rows: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The completion ids (pads) and log-probs (NaN) to fill, [rows, max_new_tokens]."""
+        tokens = torch.full((rows, self.max_new_tokens), self.pad_id, dtype=like.dtype, device=like.device)
+        return tokens, torch.full((rows, self.max_new_tokens), math.nan, device=like.device)
+
+    def _choose(
+        self,
+        logits: torch.Tensor,
+        seen: Context | None,
+        step: int,
+        greedy: bool,
+        rows: torch.Tensor,
+        g: int,
+        scored: bool,
+        eos: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The next token of each row of `logits` (`rows`: their indices in the batch) and, when
+        `scored`, its log-prob at the temperature."""
+        scores = logits if seen is None else seen.penalised(logits, self.repetition_penalty)
+        if step < self.min_new_tokens:  # as generate's MinNewTokensLengthLogitsProcessor
+            scores = scores.index_fill(1, eos, -math.inf)
+        token = self._next_token(scores, greedy, step, rows, g)
+        if not scored:
+            return token, None
+        return token, (logits / self.temperature).log_softmax(-1).gather(1, token.unsqueeze(1)).squeeze(1)
+
+    def _sample_fixed(
+        self,
+        decoder: FixedShapeDecoder,
+        net: torch.nn.Module,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        g: int,
+        greedy: bool,
+        scored: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`sample` with every row decoded at every step (a finished row's tokens are pads, never
+        recorded) through `decoder`'s preallocated cache."""
+        cache, logits, position = prefill(net, prompt_ids, prompt_mask)
+        rows = torch.arange(prompt_ids.size(0), device=prompt_ids.device).repeat_interleave(g)
+        capacity = prompt_ids.size(1) + self.max_new_tokens
+        decoder.start(cache, rows, capacity)
+        del cache
+        logits, position = logits[rows], position[rows]
+        bias = fixed_decode.padding_bias(prompt_mask[rows], capacity)
+        seen = Context(prompt_ids[rows], prompt_mask[rows]) if self.repetition_penalty != 1.0 else None
+        tokens, logps = self._outputs(rows.numel(), prompt_ids)
+        every = torch.arange(rows.numel(), device=prompt_ids.device)
+        running = torch.ones(rows.numel(), dtype=torch.bool, device=prompt_ids.device)
+        eos = torch.tensor(self.eos_ids, device=prompt_ids.device)
+        steps = 0
+        try:
+            for step in range(self.max_new_tokens):
+                token, chosen = self._choose(logits, seen, step, greedy, every, g, scored, eos)
+                token = token.masked_fill(~running, self.pad_id)
+                tokens[:, step] = token
+                if chosen is not None:
+                    logps[:, step] = chosen.masked_fill(~running, math.nan)
+                steps = step + 1
+                if self.on_token is not None:
+                    self.on_token(steps, self.max_new_tokens)
+                running &= ~torch.isin(token, eos)
+                if step + 1 == self.max_new_tokens or not running.any():
+                    break
+                if seen is not None:
+                    seen.append(token)
+                logits = decoder.step(token, position + step, bias[..., : decoder.length + 1])
+        finally:
+            decoder.release()  # the cache is the size of the batch: not held through the update
+        return tokens[:, :steps], logps[:, :steps]
+
+    def _sample_dropping(
+        self,
+        net: torch.nn.Module,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        g: int,
+        greedy: bool,
+        scored: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`sample` through the model's own forward and cache, finished rows leaving both."""
         cache, logits, next_position = self._prefill(net, prompt_ids, prompt_mask, g)
         mask = prompt_mask.repeat_interleave(g, dim=0)
         seen = Context(prompt_ids.repeat_interleave(g, dim=0), mask) if self.repetition_penalty != 1.0 else None
-        rows = logits.size(0)
-        tokens = torch.full((rows, self.max_new_tokens), self.pad_id, dtype=prompt_ids.dtype, device=prompt_ids.device)
-        logps = torch.full((rows, self.max_new_tokens), math.nan, device=prompt_ids.device)
-        scored = net is not self.model
-        running = torch.arange(rows, device=prompt_ids.device)  # which rows of `tokens` are still in the batch
+        tokens, logps = self._outputs(logits.size(0), prompt_ids)
+        running = torch.arange(logits.size(0), device=prompt_ids.device)  # which rows of `tokens` are in the batch
         eos = torch.tensor(self.eos_ids, device=prompt_ids.device)
         steps = 0
         for step in range(self.max_new_tokens):
-            scores = logits if seen is None else seen.penalised(logits, self.repetition_penalty)
-            if step < self.min_new_tokens:  # as generate's MinNewTokensLengthLogitsProcessor
-                scores = scores.index_fill(1, eos, -math.inf)
-            token = self._next_token(scores, greedy, step, running, g)
+            token, chosen = self._choose(logits, seen, step, greedy, running, g, scored, eos)
             tokens[running, step] = token
-            if scored:
-                chosen = (logits / self.temperature).log_softmax(-1).gather(1, token.unsqueeze(1)).squeeze(1)
+            if chosen is not None:
                 logps[running, step] = chosen
             steps = step + 1
             if self.on_token is not None:

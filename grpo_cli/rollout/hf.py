@@ -12,6 +12,7 @@ from grpo_cli.config.generation_checks import check_generation_kwargs
 from grpo_cli.config.schema import RolloutConfig
 from grpo_cli.errors import GrpoError
 from grpo_cli.models import is_peft
+from grpo_cli.module_mode import evaluating
 from grpo_cli.rollout.base import Rollout, TokenProgress, finish_rollout
 
 # generate's warpers that act only when it samples: left out of the greedy config, where
@@ -97,14 +98,15 @@ class HFGenerator:
         # change the distribution the loss assumes. For this call the model's defaults are ours (on
         # the model itself: a LoRA policy's generate() reads its base model's).
         inner = self.model.get_base_model() if is_peft(self.model) else self.model
-        was_training, model_defaults = self.model.training, inner.generation_config
+        model_defaults = inner.generation_config
         settings = self.greedy if greedy else self.sampling
-        self.model.eval()
         inner.generation_config = settings
         try:
-            output = self.model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, generation_config=settings)
+            with evaluating(self.model):
+                output = self.model.generate(
+                    input_ids=prompt_ids, attention_mask=prompt_mask, generation_config=settings
+                )
         finally:
             inner.generation_config = model_defaults
-            self.model.train(was_training)
         completion_ids = output[:, prompt_ids.size(1) :]
         return finish_rollout(prompt_ids, prompt_mask, completion_ids, self.eos_ids, self.tokenizer, num_generations)

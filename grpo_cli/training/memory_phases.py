@@ -171,8 +171,8 @@ def generation_phase(cfg: TrainConfig, device: torch.device, shape: ModelShape, 
         return 0
     kb = w.wb
     pipelined = cfg.rollout.max_staleness > 0  # the sampler's thread: its own weights, sampling beside every phase
-    if sampling_copy(cfg, device, shape, w):  # rollout.sampling_weights: resident, its KV cache in bf16
-        kb = 2
+    # the copy's KV cache stays at the weights' width: the fixed-shape decode keeps its cache in fp32
+    if sampling_copy(cfg, device, shape, w):  # rollout.sampling_weights: resident
         parts.append(Part("bf16 sampling copy", shape.parameters * 2, "resident", "rollout.sampling_weights"))
     elif pipelined:
         how = "rollout.max_staleness: the sampler's own weights"

@@ -125,7 +125,9 @@ def async_sampler(
     elif isinstance(loop, FastGenerator):
         bf16, words = sampling_weights_choice(policy, cfg.rollout, "fast")
         weights = SamplingCopy(policy, torch.bfloat16 if bf16 else None)
-        generator = FastGenerator(policy, tokenizer, cfg.rollout, weights, loop.row_operation, seeded_per_step=True)
+        generator = FastGenerator(
+            policy, tokenizer, cfg.rollout, weights, loop.row_operation, seeded_per_step=True, fixed=loop.fixed
+        )
         refresh, words = weights.refresh, (words if bf16 else "a copy of the policy's weights (the sampler's own)")
     else:
         raise GrpoError(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 import torch
@@ -29,6 +30,9 @@ PROMPTS = ["12+7=", "3+4=", "100+250="]  # different lengths: left padding in th
 G = 3  # completions per prompt: the prompt's cache rows repeated
 TEMPERATURE = 0.7
 CFG = RolloutConfig(max_new_tokens=6, temperature=TEMPERATURE)
+# the zoo's families whose layers the fixed-shape decode computes (rollout.fixed_decode.FAMILIES;
+# mistral and olmo3 have a window shorter than a completion, so they decode through the forward)
+PLAIN = ("llama", "qwen2", "qwen3")
 
 
 @pytest.fixture(scope="session")
@@ -39,17 +43,22 @@ def tokenizer() -> PreTrainedTokenizerBase:
 
 
 @pytest.fixture(scope="session")
-def zoo(tokenizer) -> Callable[[Family], tuple[PreTrainedModel, FastGenerator | HFGenerator, str]]:
+def zoo(tokenizer) -> Callable[..., tuple[PreTrainedModel, FastGenerator | HFGenerator, str]]:
     """Each family's tiny fp32 model (random init, seed 0), built once in-process, and the generator
-    and start-up line `make_generator` gives it (its probe runs once per family)."""
-    built: dict[str, tuple[PreTrainedModel, FastGenerator | HFGenerator, str]] = {}
+    and start-up line `make_generator` gives it under rollout.loop `loop` (its probes run once per
+    family and loop): auto takes the fixed-shape decode where the family allows it, fast always
+    decodes through the model's forward, dropping finished rows."""
+    built: dict[str, PreTrainedModel] = {}
+    generators: dict[tuple[str, str], tuple[PreTrainedModel, FastGenerator | HFGenerator, str]] = {}
 
-    def model(family: Family) -> tuple[PreTrainedModel, FastGenerator | HFGenerator, str]:
+    def model(family: Family, loop: str = "auto") -> tuple[PreTrainedModel, FastGenerator | HFGenerator, str]:
         if family.name not in built:
             torch.manual_seed(0)
-            net = AutoModelForCausalLM.from_config(tiny_config(family)).eval()
-            built[family.name] = (net, *make_generator(net, tokenizer, CFG))
-        return built[family.name]
+            built[family.name] = AutoModelForCausalLM.from_config(tiny_config(family)).eval()
+        if (family.name, loop) not in generators:
+            net = built[family.name]
+            generators[family.name, loop] = (net, *make_generator(net, tokenizer, replace(CFG, loop=loop)))
+        return generators[family.name, loop]
 
     return model
 
@@ -58,10 +67,15 @@ def _prompts(tokenizer: PreTrainedTokenizerBase) -> tuple[torch.Tensor, torch.Te
     return PromptEncoder(tokenizer, 64, torch.device("cpu"))(PROMPTS)
 
 
+@pytest.mark.parametrize("loop", ["auto", "fast"])
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda family: family.name)
-def test_sampled_logprobs_equal_the_trainers_forward_with_rows_dropped(family, zoo, tokenizer) -> None:
-    model, generator, line = zoo(family)
-    assert line == "fast" and isinstance(generator, FastGenerator)
+def test_sampled_logprobs_equal_the_trainers_forward_with_rows_finished_early(family, loop, zoo, tokenizer) -> None:
+    model, generator, line = zoo(family, loop)
+    assert line.startswith("fast") and isinstance(generator, FastGenerator)
+    # auto: the plain decoders take the fixed-shape decode (finished rows stay, masked); the others, and
+    # every family under loop=fast, the model's forward with finished rows dropped from the cache
+    fixed = loop == "auto" and family.name in PLAIN
+    assert (line == "fast, fixed-shape decode") == fixed, line
     generator = copy.copy(generator)  # the session's generator keeps its own EOS ids
     # a quarter of the vocabulary ends a completion: rows finish at different steps and leave the cache
     generator.eos_ids = list(range(3, len(tokenizer), 4))
@@ -85,10 +99,11 @@ def test_sampled_logprobs_equal_the_trainers_forward_with_rows_dropped(family, z
     assert gap < 1e-4, f"{family.name}: sampler's log-probs {gap:.1e} from the trainer's forward"
 
 
+@pytest.mark.parametrize("loop", ["auto", "fast"])
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda family: family.name)
-def test_greedy_completions_equal_generates(family, zoo, tokenizer) -> None:
-    model, fast, line = zoo(family)
-    assert line == "fast"
+def test_greedy_completions_equal_generates(family, loop, zoo, tokenizer) -> None:
+    model, fast, line = zoo(family, loop)
+    assert line.startswith("fast")
     slow = HFGenerator(model, tokenizer, CFG)
     ids, mask = _prompts(tokenizer)
     ours, theirs = fast.generate(ids, mask, 1, greedy=True), slow.generate(ids, mask, 1, greedy=True)
@@ -127,7 +142,7 @@ def test_the_probe_picks_the_row_operation_that_works_minimax_keeps_its_linear_s
     assert "reorder_cache fail" in probe_rows(model, "reorder_cache")
     assert fast_loop_rows(model) == ("batch_select_indices", None)
     generator, line = make_generator(model, tokenizer, CFG)
-    assert line == "fast" and generator.row_operation == "batch_select_indices"
+    assert line.startswith("fast") and generator.row_operation == "batch_select_indices"
     generator.eos_ids = list(range(3, len(tokenizer), 4))
     ids, mask = _prompts(tokenizer)
     torch.manual_seed(0)

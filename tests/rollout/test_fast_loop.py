@@ -84,7 +84,10 @@ def test_auto_takes_the_fast_loop_for_the_tiny_model_and_generate_insists_on_gen
     model, tokenizer, _, _ = tiny
     assert fast_loop_unsupported(model) is None
     generator, loop = make_generator(model, tokenizer, RolloutConfig())
-    assert isinstance(generator, FastGenerator) and loop == "fast"
+    assert isinstance(generator, FastGenerator) and loop == "fast, fixed-shape decode"
+    generator, loop = make_generator(model, tokenizer, RolloutConfig(loop="fast"))
+    assert isinstance(generator, FastGenerator) and generator.decoder(model) is None
+    assert loop == "fast (rollout.loop=fast: the model's forward, finished rows dropped)"
     generator, loop = make_generator(model, tokenizer, RolloutConfig(loop="generate"))
     assert isinstance(generator, HFGenerator) and loop == "generate (rollout.loop=generate)"
 
@@ -105,7 +108,7 @@ def test_an_encoder_decoder_model_falls_back_to_generate_and_fast_says_why(tiny)
 def test_the_trainer_reports_the_loop_in_its_summary(smoke_run: tuple[CompletedProcess, Path]) -> None:
     result, run_dir = smoke_run  # `grpo train debug=smoke`, shared with tests/e2e/test_plain_output.py
     assert result.returncode == 0, result.stderr[-2000:]
-    assert json.loads((run_dir / "summary.json").read_text())["rollout_loop"] == "fast"
+    assert json.loads((run_dir / "summary.json").read_text())["rollout_loop"] == "fast, fixed-shape decode"
 
 
 def test_min_new_tokens_forces_every_length_in_both_loops(tiny) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-ROLLOUT_LOOPS = ("auto", "fast", "generate")  # rollout.loop
+ROLLOUT_LOOPS = ("auto", "fixed", "fast", "generate")  # rollout.loop
 ROLLOUT_BACKENDS = ("hf", "vllm")  # rollout.backend
 SAMPLING_WEIGHTS = ("auto", "policy", "bf16")  # rollout.sampling_weights
 
@@ -35,7 +35,9 @@ class VllmConfig:
 @dataclass
 class RolloutConfig:
     backend: str = "hf"  # ROLLOUT_BACKENDS: hf (the policy itself samples) | vllm (a colocated vLLM engine)
-    loop: str = "auto"  # auto: the fast loop where the model's cache allows, else generate | fast | generate
+    # auto: the fast loop (each prompt prefilled once) with a fixed-shape decode for plain decoders, else its
+    # cache loop (finished rows dropped) where the model's cache allows, else generate | fixed | fast | generate
+    loop: str = "auto"
     num_generations: int = 8  # completions per prompt (the group size G); 2 minimum, 4-64 advised
     max_new_tokens: int = 4  # the tiny default's answers; real models want hundreds
     min_new_tokens: int = 0  # no EOS before this many tokens (0: off); = max_new_tokens forces every length
