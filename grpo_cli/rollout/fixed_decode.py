@@ -31,6 +31,8 @@ FAMILIES = ("llama", "qwen2", "qwen3", "mistral")
 
 def unsupported(model: torch.nn.Module) -> str | None:
     """Why this model cannot take the fixed-shape decode, or None."""
+    if hasattr(model, "peft_config"):  # its adapters wrap the projections: the step would skip their delta
+        return "a PEFT model: its adapted projections are not plain linear layers"
     config = model.config
     if config.model_type not in FAMILIES:
         return f"its family ({config.model_type}) is not one of {', '.join(FAMILIES)}"

@@ -12,7 +12,7 @@ from subprocess import CompletedProcess
 import pytest
 import torch
 
-from grpo_cli.config.schema import ModelConfig, RolloutConfig
+from grpo_cli.config.schema import LoraConfig, ModelConfig, RolloutConfig
 from grpo_cli.errors import GrpoError
 from grpo_cli.models import load_policy
 from grpo_cli.rollout import FastGenerator, HFGenerator, make_generator
@@ -120,3 +120,33 @@ def test_min_new_tokens_forces_every_length_in_both_loops(tiny) -> None:
     for generator in (fast, slow):
         rollout = generator.generate(ids, mask, 4)
         assert rollout.lengths.tolist() == [6] * 16 and not any(set(t) & set("0123456789") for t in rollout.texts)
+
+
+def test_a_lora_policy_decodes_through_its_forward_and_loop_fixed_says_why(tmp_path: Path) -> None:
+    # a LoRA layer keeps the base `weight` the fixed path would multiply without the adapters' delta;
+    # the adapters start at zero, so a probe of the logits alone could not tell: the layer types decide
+    lora = LoraConfig(enabled=True, r=4, target_modules=["q_proj", "v_proj"])
+    model, tokenizer, _ = load_policy(
+        ModelConfig(lora=lora), tmp_path, seed=0, device=torch.device("cpu"), precision_dtype="fp32"
+    )
+    generator, loop = make_generator(model, tokenizer, RolloutConfig())
+    assert isinstance(generator, FastGenerator) and generator.decoder(model) is None
+    assert loop.startswith("fast, through the model's forward (") and "plain linear layers" in loop, loop
+    with pytest.raises(GrpoError, match="rollout.loop=fixed cannot decode this model: .*plain linear layers"):
+        make_generator(model, tokenizer, RolloutConfig(loop="fixed"))
+
+
+def test_the_fixed_shape_decode_samples_what_the_forward_path_samples(tiny) -> None:
+    # every row runs to the end (no row is dropped, so both paths draw the same uniforms): one seed
+    # gives the same tokens on both, and the log-probs they report agree to float rounding
+    model, tokenizer, ids, mask = tiny
+    cfg = RolloutConfig(max_new_tokens=8, min_new_tokens=8)
+    fixed = FastGenerator(model, tokenizer, cfg)
+    dropping = FastGenerator(model, tokenizer, cfg, fixed=False)
+    torch.manual_seed(3)
+    ours, our_logps = fixed.sample(ids, mask, 4, scored=True)
+    torch.manual_seed(3)
+    theirs, their_logps = dropping.sample(ids, mask, 4, scored=True)
+    assert fixed.decoder(model) is not None and dropping.decoder(model) is None
+    assert ours.shape == (16, 8) and torch.equal(ours, theirs)
+    assert (our_logps - their_logps).abs().max() < 1e-5
