@@ -49,8 +49,6 @@ def unsupported(model: torch.nn.Module) -> str | None:
         # exactly nn.Linear: a LoRA or quantized layer keeps a `weight` this path would multiply without its delta
         if not all(type(module) is torch.nn.Linear for module in projections) or not hasattr(mlp, "act_fn"):
             return "its projections are not plain linear layers (LoRA, quantized, or another layout)"
-        if attention.o_proj.bias is not None or mlp.down_proj.bias is not None:
-            return "its output projections have biases"
     if type(model.lm_head) is not torch.nn.Linear:
         return "its output layer is not a plain linear layer"
     return None
@@ -65,7 +63,8 @@ def rotate(states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.
 
 class FixedShapeDecoder:
     """The decode steps of one generate call: `start` takes the prefill's cache into preallocated
-    buffers (kept between calls of the same size), `step` decodes one token for every row.
+    buffers, `step` decodes one token for every row, `release` frees the buffers (the sampler calls
+    it after each rollout, so the cache is not held through the update).
 
     Activations, the cache and attention are float32 whatever the weights' dtype: a bf16 copy's
     multiplies read bf16 weights, and nothing else is rounded to bf16 (which brings the copy's
