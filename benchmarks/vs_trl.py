@@ -52,6 +52,8 @@ temporary directory, removed at the end. Each finished run is also kept as
 `--keep-runs DIR/<workload>_<framework>_seed<k>.json`, and Ctrl-C stops launching runs and reports the
 seeds both frameworks finished: a long real-model comparison cut short keeps what it measured.
 `--report-runs DIR` prints the report (and writes --json) from such kept runs without running any.
+`--trl-runs DIR` takes TRL's runs from such a directory instead of running them again, for a
+second grpo setting (--grpo-sampling) against the same TRL runs.
 
 Columns of the table:
 
@@ -896,6 +898,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--report-runs", type=Path, help="report the runs kept in this directory (by --keep-runs) instead of running"
     )
+    parser.add_argument(
+        "--trl-runs",
+        type=Path,
+        help="take TRL's runs from this directory (an earlier command's --keep-runs, same workload, seeds, steps and "
+        "precision) instead of running them: grpo-only settings such as --grpo-sampling share one set of TRL runs",
+    )
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     unknown = set(args.workloads.split(",")) - set(WORKLOADS)
@@ -938,6 +946,9 @@ def main(argv: list[str] | None = None) -> None:
             try:
                 for seed in range(args.seeds):
                     for framework in FRAMEWORKS:  # alternating, so a change in load hits both
+                        if framework == "trl" and args.trl_runs is not None:
+                            runs["trl"].append(earlier_trl_run(args.trl_runs, name, seed))
+                            continue
                         run_dir = tmp / name / f"{framework}_seed{seed}"
                         run_dir.mkdir(parents=True)
                         spec = RunSpec(
@@ -1011,6 +1022,15 @@ def describe_workload(
         "model_info": model_description(model_dir, workload),
     }
     return workload, threads, correction, model_dir
+
+
+def earlier_trl_run(directory: Path, name: str, seed: int) -> RunResult:
+    """TRL's run of `seed` from an earlier command's --keep-runs (--trl-runs): TRL's work does not
+    depend on grpo's --grpo-sampling, so two grpo settings can share one set of TRL runs."""
+    trl = kept_runs(directory, name)["trl"]
+    if seed >= len(trl):
+        raise SystemExit(f"--trl-runs {directory}: no TRL run of {name} seed {seed} there ({len(trl)} kept)")
+    return trl[seed]
 
 
 def kept_runs(directory: Path, name: str) -> dict[str, list[RunResult]]:
