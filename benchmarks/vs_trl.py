@@ -325,8 +325,8 @@ def run_grpo(spec: RunSpec) -> RunResult:
         n = w.prompts_per_step * w.num_generations
         batch = schedule[index * w.prompts_per_step : (index + 1) * w.prompts_per_step]
         check_forced_lengths(spec, m["completion_len/mean"])
-        if "rollout_loop" in m:  # e.g. "fast", "generate (rollout.loop=generate)"
-            loops.add(str(m["rollout_loop"]).split(" ")[0])
+        if "rollout_loop" in m:  # e.g. "fast, fixed-shape decode", "generate (rollout.loop=generate)"
+            loops.add(str(m["rollout_loop"]).split(" (")[0])
         gaps.append(_number(m.get("rollout/engine_gap")))
         records.append(
             StepRecord(
