@@ -983,7 +983,11 @@ def main(argv: list[str] | None = None) -> None:
         wall_s=wall,
         settings={
             **vars(args),
-            **{key: str(getattr(args, key)) for key in ("json", "keep_runs", "report_runs", "trl_runs") if getattr(args, key)},
+            **{
+                key: str(getattr(args, key))
+                for key in ("json", "keep_runs", "report_runs", "trl_runs")
+                if getattr(args, key)
+            },
             "child": None,
         },
         shared=asdict(SHARED),

@@ -24,6 +24,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,3 +108,39 @@ def call_all(
         else:
             results.append((None, f"did not return within {key}={timeout_s:g}s"))
     return results
+
+
+class LocalWorker:
+    """A daemon thread that runs one caller's calls (a reward source's) one at a time, so a call
+    under a timeout costs a hand-over, not a thread start: a thread started per call cost 2.3 ms of
+    the tiny default's 28 ms step, where the rewards themselves take 1.3 ms. A call past its timeout
+    keeps the thread busy (Python cannot stop it): `idle` says so until it ends."""
+
+    def __init__(self, name: str) -> None:
+        self.calls: queue.SimpleQueue[tuple[Callable[[], Any], Future] | None] = queue.SimpleQueue()
+        self.last: Future | None = None
+        # daemon: a hung call must not keep the interpreter from exiting
+        threading.Thread(target=self._serve, name=name, daemon=True).start()
+
+    def idle(self) -> bool:
+        """Whether the last call has ended (a new one would start at once)."""
+        return self.last is None or self.last.done()
+
+    def submit(self, fn: Callable[[], Any]) -> Future:
+        """`fn()` on the worker's thread; the future's result is None when it ended by a BaseException
+        (SystemExit and the like; an ordinary exception is the caller's to catch inside `fn`)."""
+        self.last = Future()
+        self.calls.put((fn, self.last))
+        return self.last
+
+    def close(self) -> None:
+        """The thread ends after the call it is running, if any."""
+        self.calls.put(None)
+
+    def _serve(self) -> None:
+        while (item := self.calls.get()) is not None:
+            fn, call = item
+            try:
+                call.set_result(fn())
+            except BaseException:  # noqa: BLE001  (SystemExit included: the call ends without a result)
+                call.set_result(None)

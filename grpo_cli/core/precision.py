@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from grpo_cli.config.schema import PrecisionConfig
 
@@ -16,25 +15,11 @@ PRECISION_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch
 def autocast_factory(
     device: torch.device, precision: PrecisionConfig
 ) -> Callable[[], contextlib.AbstractContextManager]:
-    """A fresh autocast context per forward pass (contexts are single-use), or a no-op.
-
-    Under bf16 autocast on a CPU, attention takes SDPA's math kernel: the CPU flash kernel's bf16
-    backward is the slow part of a training pass there (SmolLM2-135M, 16 packed completions, one
-    thread of the AMX Xeon: 2.02 s a forward and backward against 2.15 s with flash; the math
-    kernel's forward and backward are matrix multiplies in bf16). At fp32 flash is as fast or
-    faster, and CUDA keeps its own choice."""
+    """A fresh autocast context per forward pass (contexts are single-use), or a no-op."""
     if not precision.autocast or precision.dtype == "fp32":
         return contextlib.nullcontext
     dtype = PRECISION_DTYPES[precision.dtype]
-    if device.type == "cpu" and dtype == torch.bfloat16:
-        return lambda: _cpu_bf16_pass(dtype)
     return lambda: torch.autocast(device.type, dtype=dtype)
-
-
-@contextlib.contextmanager
-def _cpu_bf16_pass(dtype: torch.dtype) -> Iterator[None]:
-    with torch.autocast("cpu", dtype=dtype), sdpa_kernel([SDPBackend.MATH]):
-        yield
 
 
 def weights_dtype(precision: PrecisionConfig) -> str:

@@ -18,9 +18,7 @@ import importlib
 import inspect
 import math
 import multiprocessing
-import queue
 import signal
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -30,6 +28,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
+from grpo_cli.bounded_calls import LocalWorker
 from grpo_cli.rewards.batch import COMPLETION_IDS
 from grpo_cli.rewards.rows import RowScores, describe
 from grpo_cli.rewards.sources import RewardSource, required_columns
@@ -241,36 +240,6 @@ def _ready() -> bool:
     return True
 
 
-class LocalWorker:
-    """A daemon thread that runs one reward source's in-process calls under a timeout, one at a time.
-
-    A thread started per call costs its start and hand-over every step: 2.3 ms of the tiny default's
-    28 ms step, where the rewards themselves take 1.3. A call that times out keeps the thread busy
-    (Python cannot stop it): `idle` says so, and the source is skipped until it ends."""
-
-    def __init__(self, name: str) -> None:
-        self.calls: queue.SimpleQueue[tuple[Callable[[], Any], Future]] = queue.SimpleQueue()
-        self.last: Future | None = None
-        # daemon: a hung reward must not keep the interpreter from exiting
-        threading.Thread(target=self._serve, name=name, daemon=True).start()
-
-    def idle(self) -> bool:
-        return self.last is None or self.last.done()
-
-    def submit(self, fn: Callable[[], Any]) -> Future:
-        self.last = Future()
-        self.calls.put((fn, self.last))
-        return self.last
-
-    def _serve(self) -> None:
-        while True:
-            fn, call = self.calls.get()
-            try:
-                call.set_result(fn())
-            except BaseException:  # noqa: BLE001  (SystemExit included: the call ends without a result)
-                call.set_result(None)
-
-
 class RewardExecutor:
     """`run(sources, prompts, completions, columns) -> {name: BatchScores}` with timeouts.
 
@@ -345,6 +314,9 @@ class RewardExecutor:
 
     def close(self) -> None:
         self._stop_pool(grace_s=CLOSE_GRACE_S)
+        for worker in self._workers.values():
+            worker.close()
+        self._workers.clear()
 
     def __enter__(self) -> RewardExecutor:
         return self

@@ -8,6 +8,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from grpo_cli.config.schema import RolloutConfig
 from grpo_cli.errors import GrpoError
+from grpo_cli.module_mode import evaluating
 from grpo_cli.rollout.base import Generator
 from grpo_cli.rollout.fast import FORWARD_FAILED, ROW_OPERATIONS, FastGenerator, probe_rows, settings_unsupported
 from grpo_cli.rollout.hf import HFGenerator
@@ -72,6 +73,9 @@ def with_sampling_weights(
     if use_copy:
         rows, fixed = (generator.row_operation, generator.fixed) if loop == "fast" else (ROW_OPERATIONS[0], True)
         generator = FastGenerator(model, tokenizer, cfg, SamplingCopy(model), rows, fixed=fixed)
+        failure = fixed_decode_failure(generator, generator.copy.module, cfg.loop) if fixed else None
+        if failure is not None:
+            weights += f"; the copy decodes through the model's forward ({failure})"
     return generator, use_copy, weights
 
 
@@ -105,19 +109,24 @@ def fast_generator(
     generator = FastGenerator(model, tokenizer, cfg, row_operation=operation, fixed=cfg.loop != "fast")
     if cfg.loop == "fast":
         return generator, "fast (rollout.loop=fast: the model's forward, finished rows dropped)"
-    was_training = model.training
-    model.eval()
-    try:
-        decoder = generator.decoder(model)
-    finally:
-        model.train(was_training)
-    if decoder is not None:
+    reason = fixed_decode_failure(generator, model, cfg.loop)
+    if reason is None:
         return generator, "fast, fixed-shape decode"
-    if cfg.loop == "fixed":
+    return generator, f"fast, through the model's forward ({reason})"
+
+
+def fixed_decode_failure(generator: FastGenerator, module: torch.nn.Module, loop: str) -> str | None:
+    """Probes `module`'s fixed-shape decode now (the policy, or its sampling copy) and says why it
+    fails, or None; rollout.loop=fixed insists, so there a failure stops the run."""
+    with evaluating(module):
+        decoder = generator.decoder(module)
+    if decoder is not None:
+        return None
+    if loop == "fixed":
         raise GrpoError(
             f"rollout.loop=fixed cannot decode this model: {generator.fixed_reason}; use rollout.loop=auto or fast"
         )
-    return generator, f"fast, through the model's forward ({generator.fixed_reason})"
+    return generator.fixed_reason
 
 
 def _vllm_generator(

@@ -20,8 +20,9 @@ on a full-attention layer; Mamba, whose one-token step misreads the loop's atten
 `rollout.generation_kwargs` (generate's other options, none of which this loop has), keep
 `generate`; `rollout.engine.make_generator` picks and says which, and why.
 
-Plain decoders (Llama, Qwen2/3) decode instead through `rollout.fixed_decode`: after the same
-prefill, a preallocated cache and a step of fixed shape in which finished rows stay, masked.
+Plain decoders (Llama, Qwen2/3, Mistral without a window) decode instead through
+`rollout.fixed_decode`: after the same prefill, a preallocated cache and a step of fixed shape in
+which finished rows stay, masked.
 """
 
 from __future__ import annotations

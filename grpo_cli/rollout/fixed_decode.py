@@ -24,6 +24,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from grpo_cli.rollout.forward_steps import prefill
+
 # model_types whose decoder layer is RMSNorm -> q/k/v (bias optional) -> optional per-head q/k RMSNorm
 # -> rotary -> attention -> o -> residual -> RMSNorm -> gate/up/act/down -> residual, with no other term
 FAMILIES = ("llama", "qwen2", "qwen3", "mistral")
@@ -66,10 +68,10 @@ class FixedShapeDecoder:
     buffers, `step` decodes one token for every row, `release` frees the buffers (the sampler calls
     it after each rollout, so the cache is not held through the update).
 
-    Activations, the cache and attention are float32 whatever the weights' dtype: a bf16 copy's
-    multiplies read bf16 weights, and nothing else is rounded to bf16 (which brings the copy's
-    log-probs closer to the fp32 policy's than its own bf16 forward, and saves the casts RMSNorm and
-    softmax would make at every layer)."""
+    The residual stream, the norms, rotary, the cache and attention are float32 whatever the
+    weights' dtype; on the bf16 copy the multiplies read bf16 and give bf16 (projections, the MLP),
+    which RMSNorm and softmax then take as float32 without the casts the model's forward makes at
+    every layer."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
@@ -105,6 +107,7 @@ class FixedShapeDecoder:
         }
 
     def release(self) -> None:
+        """Frees the cache buffers (the next `start` allocates them again)."""
         self.keys, self.values, self.norms = [], [], {}
 
     def norm(self, module: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
@@ -143,6 +146,8 @@ class FixedShapeDecoder:
         column: int,
         bias: torch.Tensor,
     ) -> torch.Tensor:
+        """One layer's attention output for the new token: its key and value written at `column`,
+        its query against the columns so far (each key/value head serves its group of query heads)."""
         rows = normed.size(0)
         normed = normed.to(self.dtype)
         query = self.linear(attention.q_proj, normed).float().view(rows, self.heads, self.head_dim)
@@ -181,27 +186,35 @@ def probe(model: torch.nn.Module, tolerance: float) -> str | None:
     prompt_mask[1, :2] = 0
     rows = torch.tensor([0, 0, 1, 1], device=prompts.device)
     tokens = (torch.arange(12, device=prompts.device).view(4, 3) * 11 + 5) % vocab
-    positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=prompts, attention_mask=prompt_mask, position_ids=positions, use_cache=True)
-    decoder = FixedShapeDecoder(model)
-    decoder.start(out.past_key_values, rows, 8)
-    bias = padding_bias(prompt_mask[rows], 8)
-    position = positions[rows, -1:] + 1
-    decoded = []
-    for step in range(3):
-        decoded.append(decoder.step(tokens[:, step], position + step, bias[..., : decoder.length + 1]))
-    full_mask = torch.cat([prompt_mask[rows], prompt_mask.new_ones(4, 3)], dim=1)
-    fresh = (
-        model(
-            input_ids=torch.cat([prompts[rows], tokens], dim=1),
-            attention_mask=full_mask,
-            position_ids=(full_mask.cumsum(-1) - 1).clamp(min=0),
-            use_cache=False,
-        )
-        .logits[:, 5:]
-        .float()
-    )
-    gap = float((torch.stack(decoded, dim=1) - fresh).abs().max() / fresh.abs().max().clamp(min=1e-6))
+    try:
+        decoded, fresh = _probe_logits(model, prompts, prompt_mask, tokens, rows)
+    except Exception as err:  # a forward or cache unlike a Llama's that the checks above could not tell
+        return f"its fixed-shape decode fails on a probe ({type(err).__name__}: {str(err)[:160]})"
+    gap = float((decoded - fresh).abs().max() / fresh.abs().max().clamp(min=1e-6))
     if not gap <= tolerance:  # `not <=`: a NaN gap fails too
         return f"its fixed-shape decode gives logits {gap:.0e} away from a fresh forward's"
     return None
+
+
+def _probe_logits(
+    model: torch.nn.Module, prompts: torch.Tensor, prompt_mask: torch.Tensor, tokens: torch.Tensor, rows: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`probe`'s two sets of logits [rows, steps, V]: decoded here after the model's own prefill,
+    and a fresh forward's over the same sequences."""
+    cache, _, position = prefill(model, prompts, prompt_mask)
+    steps = tokens.size(1)
+    capacity = prompts.size(1) + steps
+    decoder = FixedShapeDecoder(model)
+    decoder.start(cache, rows, capacity)
+    bias = padding_bias(prompt_mask[rows], capacity)
+    decoded = [
+        decoder.step(tokens[:, step], position[rows] + step, bias[..., : decoder.length + 1]) for step in range(steps)
+    ]
+    full_mask = torch.cat([prompt_mask[rows], prompt_mask.new_ones(rows.numel(), steps)], dim=1)
+    fresh = model(
+        input_ids=torch.cat([prompts[rows], tokens], dim=1),
+        attention_mask=full_mask,
+        position_ids=(full_mask.cumsum(-1) - 1).clamp(min=0),
+        use_cache=False,
+    ).logits[:, prompts.size(1) :]
+    return torch.stack(decoded, dim=1), fresh.float()

@@ -169,9 +169,10 @@ def generation_phase(cfg: TrainConfig, device: torch.device, shape: ModelShape, 
             how = "a copy of the weights + rollout.vllm.cpu_kv_cache_gib, in the engine's processes"
             parts.append(Part("vLLM engine", engine, "resident", how))
         return 0
-    kb = w.wb
+    # the fixed-shape decode (rollout.loop auto or fixed, plain decoders) keeps its cache in fp32 whatever
+    # the weights: counted so for every family under those loops, an overestimate for the others in bf16
+    kb = max(w.wb, 4) if cfg.rollout.loop in ("auto", "fixed") else w.wb
     pipelined = cfg.rollout.max_staleness > 0  # the sampler's thread: its own weights, sampling beside every phase
-    # the copy's KV cache stays at the weights' width: the fixed-shape decode keeps its cache in fp32
     if sampling_copy(cfg, device, shape, w):  # rollout.sampling_weights: resident
         parts.append(Part("bf16 sampling copy", shape.parameters * 2, "resident", "rollout.sampling_weights"))
     elif pipelined:
