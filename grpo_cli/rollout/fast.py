@@ -347,11 +347,15 @@ class FastGenerator:
         steps = 0
         try:
             for step in range(self.max_new_tokens):
-                token, chosen = self._choose(logits, seen, step, greedy, every, g, scored, eos)
-                token = token.masked_fill(~running, self.pad_id)
+                # draws for the running rows only, in order: the random stream goes as in _sample_dropping,
+                # so a seed samples the same completions on either path
+                live = every if bool(running.all()) else running.nonzero().squeeze(1)
+                context = seen if seen is None or live is every else seen.subset(live)
+                drawn, chosen = self._choose(logits[live], context, step, greedy, live, g, scored, eos)
+                token = torch.full_like(every, self.pad_id).index_copy_(0, live, drawn.to(every.dtype))
                 tokens[:, step] = token
                 if chosen is not None:
-                    logps[:, step] = chosen.masked_fill(~running, math.nan)
+                    logps[live, step] = chosen
                 steps = step + 1
                 if self.on_token is not None:
                     self.on_token(steps, self.max_new_tokens)
@@ -427,3 +431,9 @@ class Context:
 
     def select(self, rows: torch.Tensor) -> None:
         self.ids, self.padding = self.ids[rows], self.padding[rows]
+
+    def subset(self, rows: torch.Tensor) -> Context:
+        """The context of `rows` only, leaving this one whole (the fixed-shape loop keeps every row)."""
+        part = Context.__new__(Context)
+        part.ids, part.padding = self.ids[rows], self.padding[rows]
+        return part

@@ -137,16 +137,20 @@ def test_a_lora_policy_decodes_through_its_forward_and_loop_fixed_says_why(tmp_p
 
 
 def test_the_fixed_shape_decode_samples_what_the_forward_path_samples(tiny) -> None:
-    # every row runs to the end (no row is dropped, so both paths draw the same uniforms): one seed
-    # gives the same tokens on both, and the log-probs they report agree to float rounding
+    # rows end at different steps (masked on one path, dropped on the other) and both draw for the
+    # running rows only: one seed gives the same tokens on both, and log-probs equal to float rounding
     model, tokenizer, ids, mask = tiny
-    cfg = RolloutConfig(max_new_tokens=8, min_new_tokens=8)
+    cfg = RolloutConfig(max_new_tokens=8)
     fixed = FastGenerator(model, tokenizer, cfg)
     dropping = FastGenerator(model, tokenizer, cfg, fixed=False)
+    fixed.eos_ids = dropping.eos_ids = list(range(3, len(tokenizer), 5))  # rows end early, at different steps
     torch.manual_seed(3)
     ours, our_logps = fixed.sample(ids, mask, 4, scored=True)
     torch.manual_seed(3)
     theirs, their_logps = dropping.sample(ids, mask, 4, scored=True)
     assert fixed.decoder(model) is not None and dropping.decoder(model) is None
-    assert ours.shape == (16, 8) and torch.equal(ours, theirs)
-    assert (our_logps - their_logps).abs().max() < 1e-5
+    lengths = our_logps.isfinite().sum(1)
+    assert lengths.min() < lengths.max()
+    assert torch.equal(ours, theirs)
+    assert torch.equal(our_logps.isnan(), their_logps.isnan())
+    assert (our_logps - their_logps).nan_to_num().abs().max() < 1e-5
